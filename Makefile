@@ -1,0 +1,34 @@
+# `make smoke` and `make test` work on a fresh machine: they create .venv and install pins.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: smoke test lint bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip setuptools
+
+$(VENV)/.runtime-installed: $(BIN)/python requirements.txt pyproject.toml
+	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
+	touch $@
+
+$(VENV)/.test-installed: $(VENV)/.runtime-installed requirements-test.txt
+	$(BIN)/pip install -q -r requirements-test.txt
+	touch $@
+
+smoke: $(VENV)/.runtime-installed
+	$(BIN)/python launch/tpu_run.py --config configs/smoke.py --workdir runs/smoke
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=15
+
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check spade_jax launch configs bench tests scripts
+
+bench: $(VENV)/.test-installed
+	for b in bench/*.py; do $(BIN)/python $$b; done
+
+clean:
+	rm -rf $(VENV) runs

@@ -1,0 +1,106 @@
+"""Model configuration: one frozen struct for Qwen3 dense and Qwen3-MoE, plus presets.
+
+The struct is what every layer reads; nothing else is threaded through the model.
+Field names follow Hugging Face's `Qwen3Config` / `Qwen3MoeConfig` where one exists so
+that `hf_io` maps them one to one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """Architecture and numerics of a Qwen3 (dense or MoE) decoder."""
+
+  vocab_size: int
+  hidden_size: int
+  num_layers: int
+  num_heads: int
+  num_kv_heads: int
+  head_dim: int
+  intermediate_size: int  # dense SwiGLU width (dense layers of an MoE model too)
+  rms_norm_eps: float = 1e-6
+  rope_theta: float = 1_000_000.0
+  tie_word_embeddings: bool = False
+  max_position_embeddings: int = 40_960
+  # Mixture of experts (num_experts == 0 means a dense model).
+  num_experts: int = 0
+  num_experts_per_tok: int = 0
+  moe_intermediate_size: int = 0
+  norm_topk_prob: bool = True
+  decoder_sparse_step: int = 1
+  mlp_only_layers: tuple[int, ...] = ()
+  # Expert capacity per expert = ceil(tokens * top_k / num_experts * factor); see moe.py.
+  moe_capacity_factor: float = 2.0
+  # Numerics: parameters are stored in param_dtype, matmuls run in compute_dtype.
+  param_dtype: str = "float32"
+  compute_dtype: str = "float32"
+
+  def __post_init__(self):
+    if self.num_heads % self.num_kv_heads:
+      raise ValueError(
+          f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
+    if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+      raise ValueError(
+          f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts={self.num_experts}]")
+    for name in ("param_dtype", "compute_dtype"):
+      jnp.dtype(getattr(self, name))  # raises TypeError on an unknown dtype name
+
+  @property
+  def is_moe(self) -> bool:
+    return self.num_experts > 0
+
+  def is_moe_layer(self, layer: int) -> bool:
+    """Qwen3-MoE rule: sparse unless listed in mlp_only_layers or off the sparse step."""
+    return (self.is_moe and layer not in self.mlp_only_layers
+            and (layer + 1) % self.decoder_sparse_step == 0)
+
+  def replace(self, **changes: Any) -> "ModelConfig":
+    return dataclasses.replace(self, **changes)
+
+
+_QWEN3_COMMON = dict(vocab_size=151_936, head_dim=128, rms_norm_eps=1e-6,
+                     rope_theta=1_000_000.0, max_position_embeddings=40_960)
+
+PRESETS: dict[str, ModelConfig] = {
+    "qwen3-0.6b": ModelConfig(hidden_size=1024, num_layers=28, num_heads=16, num_kv_heads=8,
+                              intermediate_size=3072, tie_word_embeddings=True, **_QWEN3_COMMON),
+    "qwen3-1.7b": ModelConfig(hidden_size=2048, num_layers=28, num_heads=16, num_kv_heads=8,
+                              intermediate_size=6144, tie_word_embeddings=True, **_QWEN3_COMMON),
+    "qwen3-4b": ModelConfig(hidden_size=2560, num_layers=36, num_heads=32, num_kv_heads=8,
+                            intermediate_size=9728, tie_word_embeddings=True, **_QWEN3_COMMON),
+    "qwen3-8b": ModelConfig(hidden_size=4096, num_layers=36, num_heads=32, num_kv_heads=8,
+                            intermediate_size=12288, **_QWEN3_COMMON),
+    "qwen3-14b": ModelConfig(hidden_size=5120, num_layers=40, num_heads=40, num_kv_heads=8,
+                             intermediate_size=17408, **_QWEN3_COMMON),
+    "qwen3-32b": ModelConfig(hidden_size=5120, num_layers=64, num_heads=64, num_kv_heads=8,
+                             intermediate_size=25600, **_QWEN3_COMMON),
+    "qwen3-30b-a3b": ModelConfig(hidden_size=2048, num_layers=48, num_heads=32, num_kv_heads=4,
+                                 intermediate_size=6144, num_experts=128, num_experts_per_tok=8,
+                                 moe_intermediate_size=768, norm_topk_prob=True,
+                                 **_QWEN3_COMMON),
+    # CPU test model: vocabulary matches the bundled SentencePiece tokenizer.
+    "tiny": ModelConfig(vocab_size=1024, hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2,
+                        head_dim=16, intermediate_size=128, tie_word_embeddings=True,
+                        max_position_embeddings=4096),
+    "tiny-moe": ModelConfig(vocab_size=1024, hidden_size=64, num_layers=2, num_heads=4,
+                            num_kv_heads=2, head_dim=16, intermediate_size=128, num_experts=4,
+                            num_experts_per_tok=2, moe_intermediate_size=32,
+                            mlp_only_layers=(0,), max_position_embeddings=4096),
+    # CPU benchmark shape (~42M parameters).
+    "bench-40m": ModelConfig(vocab_size=32_000, hidden_size=512, num_layers=8, num_heads=8,
+                             num_kv_heads=4, head_dim=64, intermediate_size=1536,
+                             tie_word_embeddings=True, max_position_embeddings=4096),
+}
+
+
+def get_preset(name: str, **overrides: Any) -> ModelConfig:
+  """Returns the named preset, optionally with fields replaced (e.g. dtypes)."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown model preset {name!r}; expected one of {sorted(PRESETS)}")
+  return PRESETS[name].replace(**overrides)
