@@ -22,7 +22,7 @@ smoke: $(VENV)/.runtime-installed
 	$(BIN)/python launch/tpu_run.py --config configs/smoke.py --workdir runs/smoke
 
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider --durations=15
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=20
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check spade_jax launch configs bench tests scripts

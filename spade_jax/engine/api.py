@@ -10,7 +10,8 @@ turn finishes. `spade_jax.engine.fake.FakeEngine` implements it without a model.
 from __future__ import annotations
 
 import dataclasses
-from typing import Hashable, Protocol, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Protocol
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import jax.numpy as jnp
+
+# Per-layer rematerialisation (training memory): name -> what the backward pass may keep.
+# "none" stores every activation; "full" recomputes each layer; "dots" keeps matmul outputs.
+REMAT_POLICIES: dict[str, Any] = {
+    "none": None,
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,21 +44,47 @@ class ModelConfig:
   norm_topk_prob: bool = True
   decoder_sparse_step: int = 1
   mlp_only_layers: tuple[int, ...] = ()
-  # Expert capacity per expert = ceil(tokens * top_k / num_experts * factor); see moe.py.
-  moe_capacity_factor: float = 2.0
   # Numerics: parameters are stored in param_dtype, matmuls run in compute_dtype.
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
+  remat: str = "none"  # key of REMAT_POLICIES
 
   def __post_init__(self):
+    for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
+                 "head_dim", "intermediate_size", "decoder_sparse_step"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"ModelConfig.{name}={getattr(self, name)} must be >= 1")
+    if self.head_dim % 2:
+      raise ValueError(f"head_dim={self.head_dim} must be even (rotary embeddings rotate halves)")
+    if self.rms_norm_eps <= 0 or self.rope_theta <= 0:
+      raise ValueError(f"rms_norm_eps={self.rms_norm_eps} and rope_theta={self.rope_theta} "
+                       "must be > 0")
+    if self.num_experts < 0:
+      raise ValueError(f"num_experts={self.num_experts} must be >= 0 (0 = dense)")
+    if self.num_experts and self.moe_intermediate_size < 1:
+      raise ValueError(f"moe_intermediate_size={self.moe_intermediate_size} must be >= 1 "
+                       f"when num_experts={self.num_experts}")
+    bad_layers = [i for i in self.mlp_only_layers if not 0 <= i < self.num_layers]
+    if bad_layers:
+      raise ValueError(f"mlp_only_layers {bad_layers} outside [0, num_layers={self.num_layers})")
     if self.num_heads % self.num_kv_heads:
       raise ValueError(
           f"num_heads={self.num_heads} must be a multiple of num_kv_heads={self.num_kv_heads}")
     if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+      raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in "
+                       f"[1, num_experts={self.num_experts}]")
+    if self.remat not in REMAT_POLICIES:
       raise ValueError(
-          f"num_experts_per_tok={self.num_experts_per_tok} must be in [1, num_experts={self.num_experts}]")
+          f"ModelConfig.remat={self.remat!r}; expected one of {sorted(REMAT_POLICIES)}")
     for name in ("param_dtype", "compute_dtype"):
-      jnp.dtype(getattr(self, name))  # raises TypeError on an unknown dtype name
+      value = getattr(self, name)
+      try:
+        floating = jnp.issubdtype(jnp.dtype(value), jnp.floating)
+      except TypeError:
+        floating = False
+      if not floating:
+        raise ValueError(f"ModelConfig.{name}={value!r} is not a floating dtype name "
+                         "(e.g. 'float32', 'bfloat16')")
 
   @property
   def is_moe(self) -> bool:
@@ -60,7 +95,7 @@ class ModelConfig:
     return (self.is_moe and layer not in self.mlp_only_layers
             and (layer + 1) % self.decoder_sparse_step == 0)
 
-  def replace(self, **changes: Any) -> "ModelConfig":
+  def replace(self, **changes: Any) -> ModelConfig:
     return dataclasses.replace(self, **changes)
 
 

@@ -1,1 +1,14 @@
-"""spade_jax.sandbox."""
+"""spade_jax.sandbox: run generated environments safely (see docs/sandbox.md).
+
+`SandboxPool` is the jailed process pool; `FakePool` runs trusted sources in-process for
+tests; `contract.CONTRACT_TEXT` is what the designer is told to write.
+"""
+
+from spade_jax.sandbox.api import ERROR_KINDS, EnvPool, StepRecord, ValidationResult
+from spade_jax.sandbox.contract import ALLOWED_IMPORTS, CONTRACT_TEXT
+from spade_jax.sandbox.fake import FakePool
+from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.sandbox.probe import SandboxUnavailable
+
+__all__ = ["ALLOWED_IMPORTS", "CONTRACT_TEXT", "ERROR_KINDS", "EnvPool", "FakePool",
+           "SandboxPool", "SandboxUnavailable", "StepRecord", "ValidationResult"]

@@ -10,7 +10,8 @@ loop drops such episodes instead of scoring them.
 from __future__ import annotations
 
 import dataclasses
-from typing import Hashable, Protocol, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Protocol
 
 ERROR_KINDS = ("timeout", "crash", "exception", "bad_output", "infra")
 

@@ -1,0 +1,71 @@
+"""Qwen3 grouped-query attention with per-head q/k RMSNorm, RoPE and an optional KV cache."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spade_jax.model.config import ModelConfig
+from spade_jax.model.kv_cache import write_rows
+from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
+
+# Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
+# instead of NaNs; its output is never used.
+_MASKED = float(jnp.finfo(jnp.float32).min)
+
+
+def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                          scale: float) -> jax.Array:
+  """q [B, T, N, Hd]; k, v [B, S, K, Hd]; mask [B, T, S] bool (True = visible) -> [B, T, N, Hd].
+
+  Query head n reads kv head n // (N // K), as Hugging Face's repeat_kv does. Scores and
+  softmax run in fp32; the weighted sum runs in v's dtype.
+  """
+  b, t, n, hd = q.shape
+  kv_heads = k.shape[2]
+  qg = q.reshape(b, t, kv_heads, n // kv_heads, hd)  # [B, T, K, G, Hd]
+  scores = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+  scores = jnp.where(mask[:, None, None], scores, _MASKED)  # [B, K, G, T, S]
+  probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+  out = jnp.einsum("bkgts,bskh->btkgh", probs, v)  # [B, T, K, G, Hd]
+  return out.reshape(b, t, n, hd)
+
+
+class Attention(nnx.Module):
+  """Self-attention block: projections, q/k norm, RoPE, GQA, output projection."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    d, n, kv, hd = cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    dt = dict(param_dtype=jnp.dtype(cfg.param_dtype), compute_dtype=jnp.dtype(cfg.compute_dtype))
+    self.q_proj = Einsum("btd,dnh->btnh", (d, n, hd), ("embed", "q_heads", "head_dim"),
+                         rngs=rngs, **dt)
+    self.k_proj = Einsum("btd,dkh->btkh", (d, kv, hd), ("embed", "kv_heads", "head_dim"),
+                         rngs=rngs, **dt)
+    self.v_proj = Einsum("btd,dkh->btkh", (d, kv, hd), ("embed", "kv_heads", "head_dim"),
+                         rngs=rngs, **dt)
+    self.o_proj = Einsum("btnh,nhd->btd", (n, hd, d), ("q_heads", "head_dim", "embed"),
+                         rngs=rngs, **dt)
+    self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, "head_dim", param_dtype=dt["param_dtype"])
+    self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, "head_dim", param_dtype=dt["param_dtype"])
+    self.scale = hd ** -0.5
+
+  def __call__(
+      self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
+      kv: tuple[jax.Array, jax.Array] | None = None, write_at: jax.Array | None = None,
+  ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+    """x [B, T, D]; cos/sin [B, T, Hd]; mask [B, T, S].
+
+    Without a cache S == T. With `kv` (this layer's cache k, v [B, S, K, Hd]) the new keys
+    and values are first written at `write_at` [B] and attention reads the whole cache.
+    Returns the block output [B, T, D] and the updated (k, v) or None.
+    """
+    q = apply_rope(self.q_norm(self.q_proj(x)), cos, sin)  # [B, T, N, Hd]
+    k = apply_rope(self.k_norm(self.k_proj(x)), cos, sin)  # [B, T, K, Hd]
+    v = self.v_proj(x)  # [B, T, K, Hd]
+    new_kv = None
+    if kv is not None:
+      new_kv = (write_rows(kv[0], k, write_at), write_rows(kv[1], v, write_at))
+      k, v = (c.astype(q.dtype) for c in new_kv)  # [B, S, K, Hd]
+    out = dot_product_attention(q, k, v, mask, self.scale)
+    return self.o_proj(out), new_kv

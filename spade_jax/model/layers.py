@@ -1,0 +1,96 @@
+"""Basic Qwen3 building blocks: projections, RMSNorm, token embedding and rotary embeddings.
+
+Every parameter is an `nnx.Param` carrying `logical_axes` metadata (one name per dimension);
+`sharding.py` maps those names to mesh axes. Parameters live in `param_dtype`; each block
+casts them to `compute_dtype` at the point of use, so fp32 master weights can run bf16 math.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+# Hugging Face's Qwen3 `initializer_range`: every projection starts as N(0, 0.02^2).
+INIT_STD = 0.02
+
+
+def normal_param(rngs: nnx.Rngs, shape: Sequence[int], axes: Sequence[str | None],
+                 dtype: jnp.dtype, std: float = INIT_STD) -> nnx.Param:
+  """A normally initialised parameter annotated with its logical axis names."""
+  if len(shape) != len(axes):
+    raise ValueError(f"shape {tuple(shape)} and logical axes {tuple(axes)} differ in rank")
+  value = std * jax.random.normal(rngs.params(), tuple(shape), jnp.float32)
+  return nnx.Param(value.astype(dtype), logical_axes=tuple(axes))
+
+
+class Einsum(nnx.Module):
+  """A bias-free projection `einsum(spec, x, kernel)` with a kernel of any rank.
+
+  Multi-dimensional kernels (e.g. [D, N, Hd] for the query projection) keep heads as their
+  own axis so heads shard over the `tensor` mesh axis without reshapes.
+  """
+
+  def __init__(self, spec: str, shape: Sequence[int], axes: Sequence[str | None], *,
+               param_dtype: jnp.dtype, compute_dtype: jnp.dtype, rngs: nnx.Rngs,
+               out_dtype: jnp.dtype | None = None):
+    self.spec = spec
+    self.compute_dtype = compute_dtype
+    self.out_dtype = out_dtype  # e.g. fp32 logits from bf16 inputs (fp32 accumulation)
+    self.kernel = normal_param(rngs, shape, axes, param_dtype)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return jnp.einsum(self.spec, x.astype(self.compute_dtype),
+                      self.kernel[...].astype(self.compute_dtype),
+                      preferred_element_type=self.out_dtype)
+
+
+class RMSNorm(nnx.Module):
+  """Hugging Face Qwen3RMSNorm: normalise in fp32, cast back, then multiply by the scale."""
+
+  def __init__(self, dim: int, eps: float, axis_name: str, *, param_dtype: jnp.dtype):
+    self.eps = eps
+    self.scale = nnx.Param(jnp.ones((dim,), param_dtype), logical_axes=(axis_name,))
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    x32 = x.astype(jnp.float32)
+    var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
+    normed = (x32 * jax.lax.rsqrt(var + self.eps)).astype(x.dtype)
+    return self.scale[...].astype(x.dtype) * normed
+
+
+class Embed(nnx.Module):
+  """Token embedding [V, D]; `attend` is the tied LM head (logits in fp32)."""
+
+  def __init__(self, vocab_size: int, dim: int, *, param_dtype: jnp.dtype,
+               compute_dtype: jnp.dtype, rngs: nnx.Rngs):
+    self.compute_dtype = compute_dtype
+    self.embedding = normal_param(rngs, (vocab_size, dim), ("vocab", "embed"), param_dtype)
+
+  def __call__(self, ids: jax.Array) -> jax.Array:
+    return jnp.take(self.embedding[...], ids, axis=0).astype(self.compute_dtype)  # [B, T, D]
+
+  def attend(self, h: jax.Array) -> jax.Array:
+    table = self.embedding[...].astype(self.compute_dtype)
+    return jnp.einsum("btd,vd->btv", h.astype(self.compute_dtype), table,
+                      preferred_element_type=jnp.float32)  # [B, T, V]
+
+
+def rope_cos_sin(positions: jax.Array, head_dim: int,
+                 theta: float) -> tuple[jax.Array, jax.Array]:
+  """cos/sin tables [B, T, Hd] in fp32, laid out like Hugging Face (frequencies repeated twice)."""
+  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Hd/2]
+  emb = jnp.concatenate([freqs, freqs], axis=-1)  # [B, T, Hd]
+  return jnp.cos(emb), jnp.sin(emb)
+
+
+def apply_rope(x: jax.Array, cos: jax.Array, sin: jax.Array) -> jax.Array:
+  """Rotates x [B, T, H, Hd] with HF's rotate_half layout (halves, not interleaved pairs)."""
+  cos = cos[:, :, None, :].astype(x.dtype)
+  sin = sin[:, :, None, :].astype(x.dtype)
+  x1, x2 = jnp.split(x, 2, axis=-1)
+  rotated = jnp.concatenate([-x2, x1], axis=-1)
+  return x * cos + rotated * sin

@@ -1,0 +1,105 @@
+"""Open a model from a Hugging Face directory or from a checkpoint written by the trainer.
+
+`load_model(path)` accepts
+  - a Hugging Face directory (config.json + safetensors) or hub id -> `from_pretrained`;
+  - a trainer workdir (<workdir>/checkpoints/...), its checkpoints/ directory (the newest
+    restorable step is used, older ones when the newest is unreadable), or one
+    <workdir>/checkpoints/<step> directory.
+Only the parameters are read from a trainer checkpoint (not the optimiser state); the
+architecture comes from checkpoints/model_config.json, which the trainer writes with
+`write_model_config` (the file format lives here so the model package needs nothing
+from the trainer).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import warnings
+
+import jax
+import orbax.checkpoint as ocp
+from flax import nnx
+from jax.sharding import Mesh
+
+from spade_jax.model.config import ModelConfig
+from spade_jax.model.hf_config import CheckpointError, CheckpointFileNotFoundError
+from spade_jax.model.hf_io import from_pretrained
+from spade_jax.model.qwen3 import Qwen3
+from spade_jax.model.sharding import state_shardings
+
+MODEL_CONFIG_FILE = "model_config.json"
+PARAMS_ITEM = "params"  # <step>/params/ holds the orbax StandardSave of the Param state
+
+
+def write_model_config(directory: pathlib.Path, cfg: ModelConfig) -> None:
+  """Writes <directory>/model_config.json atomically (temp file + rename)."""
+  directory.mkdir(parents=True, exist_ok=True)
+  tmp = directory / f".{MODEL_CONFIG_FILE}.tmp"
+  tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=1, sort_keys=True))
+  os.replace(tmp, directory / MODEL_CONFIG_FILE)
+
+
+def read_model_config(directory: pathlib.Path) -> ModelConfig:
+  path = pathlib.Path(directory) / MODEL_CONFIG_FILE
+  values = json.loads(path.read_text())
+  fields = {f.name for f in dataclasses.fields(ModelConfig)}
+  unknown = sorted(set(values) - fields)
+  if unknown:
+    raise CheckpointError(f"{path}: unknown ModelConfig field(s) {unknown}")
+  return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def _trainer_checkpoint(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path | None] | None:
+  """(checkpoints dir, step dir or None for 'newest') if `path` is a trainer checkpoint."""
+  for directory in (path, path / "checkpoints"):
+    if (directory / MODEL_CONFIG_FILE).is_file():
+      return directory, None
+  if path.name.isdigit() and (path.parent / MODEL_CONFIG_FILE).is_file():
+    return path.parent, path
+  return None
+
+
+def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",
+               mesh: Mesh | None = None) -> Qwen3:
+  """Loads a Qwen3 model; `dtype` sets parameter and compute dtype (None keeps them)."""
+  local = pathlib.Path(path).expanduser()
+  found = _trainer_checkpoint(local) if local.is_dir() else None
+  if found is None:
+    return from_pretrained(path, dtype=dtype, mesh=mesh)
+  ckpt_dir, step_dir = found
+  cfg = read_model_config(ckpt_dir)
+  if dtype is not None:
+    cfg = cfg.replace(param_dtype=dtype, compute_dtype=dtype)
+  graphdef, abstract, rest = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))),
+                                       nnx.Param, ...)
+  if mesh is not None:
+    shardings = state_shardings(abstract, mesh)
+  else:
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    shardings = jax.tree.map(lambda _: device, abstract)
+  target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                        abstract, shardings)
+  return nnx.merge(graphdef, _restore_params(ckpt_dir, step_dir, target), rest)
+
+
+def _restore_params(ckpt_dir: pathlib.Path, step_dir: pathlib.Path | None, target):
+  """The given step's params, or the newest step's that restores (with a warning per skip)."""
+  checkpointer = ocp.StandardCheckpointer()
+  if step_dir is not None:
+    return checkpointer.restore(step_dir.absolute() / PARAMS_ITEM, target)
+  steps = sorted((p for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir()),
+                 key=lambda p: -int(p.name))
+  if not steps:
+    raise CheckpointFileNotFoundError(f"{ckpt_dir}: trainer checkpoint directory holds no step")
+  errors = []
+  for step in steps:
+    try:
+      return checkpointer.restore(step.absolute() / PARAMS_ITEM, target)
+    except Exception as e:  # noqa: BLE001 - an unreadable step: say so, try the previous one
+      errors.append(f"{step.name}: {type(e).__name__}: {e}")
+      warnings.warn(f"{step} could not be restored ({type(e).__name__}: {e}); trying the "
+                    f"previous step", RuntimeWarning, stacklevel=3)
+  raise CheckpointError(f"no step in {ckpt_dir} could be restored: {errors}")

@@ -1,0 +1,172 @@
+"""Qwen3 / Qwen3-MoE decoder in Flax NNX, numerically matching Hugging Face transformers.
+
+The layers are a Python list (`nnx.List`), not an `nnx.scan`: Qwen3-MoE mixes dense and
+sparse layers (`mlp_only_layers`, `decoder_sparse_step`), the KV cache is a tuple per layer,
+and the parameter tree stays one-to-one with the Hugging Face tensor names.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spade_jax.model.attention import Attention
+from spade_jax.model.config import REMAT_POLICIES, ModelConfig
+from spade_jax.model.kv_cache import KVCache, write_rows
+from spade_jax.model.layers import Einsum, Embed, RMSNorm, rope_cos_sin
+from spade_jax.model.moe import MoEBlock
+from spade_jax.model.sharding import constrain
+
+_ACT = ("batch", "length", None)  # activations [B, T, D]: rows over data and fsdp
+
+
+class MLP(nnx.Module):
+  """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    d, f = cfg.hidden_size, cfg.intermediate_size
+    dt = dict(param_dtype=jnp.dtype(cfg.param_dtype), compute_dtype=jnp.dtype(cfg.compute_dtype),
+              rngs=rngs)
+    self.gate_proj = Einsum("btd,df->btf", (d, f), ("embed", "mlp"), **dt)
+    self.up_proj = Einsum("btd,df->btf", (d, f), ("embed", "mlp"), **dt)
+    self.down_proj = Einsum("btf,fd->btd", (f, d), ("mlp", "embed"), **dt)
+
+  def __call__(self, x: jax.Array) -> jax.Array:
+    return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nnx.Module):
+  """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
+
+  def __init__(self, cfg: ModelConfig, layer: int, *, rngs: nnx.Rngs):
+    pd = jnp.dtype(cfg.param_dtype)
+    self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
+    self.attn = Attention(cfg, rngs=rngs)
+    self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
+    self.mlp = MoEBlock(cfg, rngs=rngs) if cfg.is_moe_layer(layer) else MLP(cfg, rngs=rngs)
+
+  def __call__(self, x, cos, sin, mask, kv=None, write_at=None):
+    attn_out, kv = self.attn(self.input_norm(x), cos, sin, mask, kv, write_at)
+    x = x + attn_out
+    x = x + self.mlp(self.post_attn_norm(x))
+    return constrain(x, _ACT), kv
+
+
+def _call_layer(layer: DecoderLayer, x, cos, sin, mask, kv, write_at):
+  return layer(x, cos, sin, mask, kv, write_at)
+
+
+def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+  """Position ids [B, T]: count of real tokens before each one within its segment; pads -1."""
+  v = valid.astype(jnp.int32)
+  count = jnp.cumsum(v, axis=1)  # real tokens up to and including t
+  if segment_ids is not None:
+    starts = jnp.concatenate([jnp.ones_like(segment_ids[:, :1], bool),
+                              segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
+    count = count - jax.lax.cummax(jnp.where(starts, count - v, 0), axis=1)
+  return jnp.where(valid, count - 1, -1)
+
+
+def uncached_mask(positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+  """[B, T, T] visibility: causal, real keys (position >= 0), same segment when packed."""
+  t = positions.shape[1]
+  mask = jnp.tril(jnp.ones((t, t), bool))[None] & (positions >= 0)[:, None, :]
+  if segment_ids is not None:
+    mask &= segment_ids[:, :, None] == segment_ids[:, None, :]
+  return mask
+
+
+class Qwen3(nnx.Module):
+  """Qwen3 causal LM. See docs/model.md for the call conventions and the parameter tree."""
+
+  def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+    pd, cd = jnp.dtype(cfg.param_dtype), jnp.dtype(cfg.compute_dtype)
+    self.cfg = cfg
+    self.embed = Embed(cfg.vocab_size, cfg.hidden_size, param_dtype=pd, compute_dtype=cd,
+                       rngs=rngs)
+    self.layers = nnx.List([DecoderLayer(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
+    self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
+    if not cfg.tie_word_embeddings:
+      self.lm_head = Einsum("btd,dv->btv", (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"),
+                            param_dtype=pd, compute_dtype=cd, out_dtype=jnp.float32, rngs=rngs)
+
+  def __call__(self, input_ids, positions=None, attention_mask=None, segment_ids=None,
+               cache: KVCache | None = None):
+    """Logits [B, T, V] float32, or (logits, updated cache) when `cache` is given."""
+    out = self.hidden(input_ids, positions, attention_mask, segment_ids, cache)
+    if cache is None:
+      return self.logits_from_hidden(out)
+    return self.logits_from_hidden(out[0]), out[1]
+
+  def logits_from_hidden(self, h: jax.Array) -> jax.Array:
+    """h [B, T, D] (after the final norm) -> logits [B, T, V] float32."""
+    if self.cfg.tie_word_embeddings:
+      logits = self.embed.attend(h)
+    else:
+      logits = self.lm_head(h)
+    return constrain(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+
+  def hidden(self, input_ids, positions=None, attention_mask=None, segment_ids=None,
+             cache: KVCache | None = None):
+    """Final-norm hidden states [B, T, D] (and the updated cache when `cache` is given).
+
+    Without a cache: token i attends token j <= i of its row when j is real (mask 1 and
+    position >= 0) and, with segment_ids, in the same segment. Positions default to the count
+    of earlier real tokens (per segment), so left padding and packing need no positions.
+    With a cache: see kv_cache.py; positions default to continuing each row.
+    """
+    ids, positions, valid, segment_ids = self._check_inputs(
+        input_ids, positions, attention_mask, segment_ids, cache)
+    t = ids.shape[1]
+    if positions is None:
+      positions = default_positions(valid, segment_ids)
+      if cache is not None:
+        positions = positions + cache.next_positions()[:, None]
+    positions = jnp.where(valid, positions, -1).astype(jnp.int32)  # [B, T], -1 = pad
+    if cache is None:
+      write_at = None
+      mask = uncached_mask(positions, segment_ids)  # [B, T, T]
+    else:
+      write_at = cache.end
+      entry_pos = write_rows(cache.pos, positions, write_at)  # [B, S]
+      mask = ((entry_pos[:, None, :] >= 0)
+              & (entry_pos[:, None, :] <= positions[:, :, None]))  # [B, T, S]
+    cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
+    x = constrain(self.embed(ids), _ACT)  # [B, T, D]
+    new_k, new_v = [], []
+    policy = REMAT_POLICIES[self.cfg.remat]
+    run_layer = _call_layer if policy is None else nnx.remat(_call_layer, policy=policy)
+    for i, layer in enumerate(self.layers):
+      kv = None if cache is None else (cache.k[i], cache.v[i])
+      x, kv = run_layer(layer, x, cos, sin, mask, kv, write_at)
+      if kv is not None:
+        new_k.append(kv[0])
+        new_v.append(kv[1])
+    h = self.final_norm(x)
+    if cache is None:
+      return h
+    return h, KVCache(k=tuple(new_k), v=tuple(new_v), pos=entry_pos, end=cache.end + t)
+
+  def _check_inputs(self, input_ids, positions, attention_mask, segment_ids, cache):
+    """Validates shapes and dtypes early; returns (ids, positions, valid [B, T], segment_ids)."""
+    ids = jnp.asarray(input_ids)
+    if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
+      raise ValueError(f"input_ids must be an integer array [B, T], got {ids.dtype}{ids.shape}")
+    for name, arr in (("positions", positions), ("attention_mask", attention_mask),
+                      ("segment_ids", segment_ids)):
+      if arr is not None and jnp.shape(arr) != ids.shape:
+        raise ValueError(f"{name} shape {jnp.shape(arr)} != input_ids shape {ids.shape}")
+    positions = None if positions is None else jnp.asarray(positions)
+    segment_ids = None if segment_ids is None else jnp.asarray(segment_ids)
+    valid = (jnp.ones(ids.shape, bool) if attention_mask is None
+             else jnp.asarray(attention_mask) != 0)
+    if cache is not None:
+      if segment_ids is not None:
+        raise ValueError("segment_ids (packed rows) cannot be combined with a KV cache")
+      if cache.batch_size != ids.shape[0] or len(cache.k) != self.cfg.num_layers:
+        raise ValueError(f"cache holds {cache.batch_size} rows x {len(cache.k)} layers; input "
+                         f"has {ids.shape[0]} rows, model {self.cfg.num_layers} layers")
+      if ids.shape[1] > cache.max_len:
+        raise ValueError(f"{ids.shape[1]} new tokens exceed the cache length {cache.max_len}")
+    return ids, positions, valid, segment_ids

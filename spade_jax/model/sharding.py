@@ -1,0 +1,139 @@
+"""The one place that maps logical axis names to mesh axes, plus mesh and sharding helpers.
+
+Parameters carry `logical_axes` metadata (see layers.py). `LOGICAL_RULES` turns each name
+into mesh axes; a mesh axis is dropped for a dimension it does not divide (e.g. 2 kv heads
+over tensor=4 stay replicated) or when the mesh lacks it, so any preset runs on any mesh.
+Meshes use Auto axis types: jit + GSPMD propagate shardings, and `constrain` pins the
+activations where it matters (batch over data and fsdp).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
+
+MESH_AXES = ("data", "fsdp", "tensor", "expert")
+
+# logical name -> mesh axes (None = replicated).
+LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
+    "batch": ("data", "fsdp"),  # activations and KV cache rows
+    "vocab": ("tensor",),
+    "embed": ("fsdp",),  # FSDP: weights sharded on the model dim, gathered per layer
+    "q_heads": ("tensor",),
+    "kv_heads": ("tensor",),
+    "head_dim": None,
+    "mlp": ("tensor",),
+    "expert": ("expert",),
+    "expert_logits": None,
+    "norm": None,
+    "length": None,
+}
+
+
+def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """Builds a (data, fsdp, tensor, expert) mesh; one axis may be -1 to take the rest.
+
+  mesh_cfg is e.g. {"data": 1, "fsdp": -1, "tensor": 1, "expert": 1}; absent axes are 1.
+  """
+  unknown = set(mesh_cfg) - set(MESH_AXES)
+  if unknown:
+    raise ValueError(f"mesh config has unknown axes {sorted(unknown)}; expected {MESH_AXES}")
+  devices = list(jax.devices() if devices is None else devices)
+  sizes = [int(mesh_cfg.get(name, 1)) for name in MESH_AXES]
+  if sizes.count(-1) > 1 or any(s == 0 or s < -1 for s in sizes):
+    raise ValueError(f"mesh config {dict(mesh_cfg)}: sizes must be >= 1, at most one -1")
+  known = math.prod(s for s in sizes if s != -1)
+  if -1 in sizes:
+    if len(devices) % known:
+      raise ValueError(f"mesh config {dict(mesh_cfg)}: {len(devices)} devices are not a "
+                       f"multiple of the fixed axes' product {known}")
+    sizes[sizes.index(-1)] = len(devices) // known
+  if math.prod(sizes) != len(devices):
+    raise ValueError(f"mesh config {dict(mesh_cfg)} needs {math.prod(sizes)} devices, "
+                     f"{len(devices)} available")
+  return jax.make_mesh(tuple(sizes), MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                       devices=devices)
+
+
+def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int],
+                    mesh: Mesh | AbstractMesh) -> PartitionSpec:
+  """PartitionSpec for a value of `shape` whose dimensions have logical names `axes`."""
+  if len(axes) != len(shape):
+    raise ValueError(f"logical axes {tuple(axes)} do not match shape {tuple(shape)}")
+  used: set[str] = set()
+  spec = []
+  for name, dim in zip(axes, shape, strict=True):
+    if name is not None and name not in LOGICAL_RULES:
+      raise KeyError(f"logical axis {name!r} has no rule in sharding.LOGICAL_RULES")
+    picked: list[str] = []
+    for axis in (LOGICAL_RULES[name] or ()) if name is not None else ():
+      size = mesh.shape.get(axis, 1)
+      split = size * math.prod(mesh.shape[a] for a in picked)
+      if size > 1 and axis not in used and dim % split == 0:
+        picked.append(axis)
+    used.update(picked)
+    spec.append(tuple(picked) if len(picked) > 1 else (picked[0] if picked else None))
+  return PartitionSpec(*spec)
+
+
+def _is_variable(x: Any) -> bool:
+  return isinstance(x, nnx.Variable)
+
+
+def state_shardings(state: Any, mesh: Mesh) -> Any:
+  """NamedShardings for an nnx state (or abstract state), same tree structure as `state`.
+
+  Variables without `logical_axes` metadata (e.g. RNG state) are replicated.
+  """
+  def one(var):
+    if not _is_variable(var):
+      return NamedSharding(mesh, PartitionSpec())
+    axes = var.get_metadata().get("logical_axes")
+    shape = var.get_value().shape
+    spec = logical_to_spec(axes, shape, mesh) if axes is not None else PartitionSpec()
+    return var.replace(NamedSharding(mesh, spec))
+  return jax.tree.map(one, state, is_leaf=_is_variable)
+
+
+def shard_model(model: nnx.Module, mesh: Mesh) -> nnx.Module:
+  """Moves an existing model's parameters onto `mesh` per their logical axes (in place)."""
+  state = nnx.state(model)
+  nnx.update(model, jax.device_put(state, state_shardings(state, mesh)))
+  return model
+
+
+def create_sharded(factory: Callable[[], nnx.Module], mesh: Mesh | None = None) -> nnx.Module:
+  """Runs `factory()` (e.g. `lambda: Qwen3(cfg, rngs=nnx.Rngs(0))`) as one jitted function.
+
+  With a mesh the parameters come out of the jit already sharded per their logical axes,
+  so no device ever holds the whole model. Without one the model lands on the default device.
+  """
+  graphdef, abstract_state = nnx.split(nnx.eval_shape(factory))
+  shardings = None if mesh is None else state_shardings(abstract_state, mesh)
+
+  def init():
+    return nnx.split(factory())[1]
+
+  return nnx.merge(graphdef, jax.jit(init, out_shardings=shardings)())
+
+
+def kv_cache_shardings(cache: Any, mesh: Mesh) -> Any:
+  """NamedShardings for a KVCache: rows over batch axes, kv heads over tensor."""
+  def spec(x):
+    names = ("batch", "length", "kv_heads", "head_dim")[:np.ndim(x)]
+    return NamedSharding(mesh, logical_to_spec(names, np.shape(x), mesh))
+  return jax.tree.map(spec, cache)
+
+
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+  """Sharding constraint for an activation by logical names; a no-op without an active mesh."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return x
+  return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh))

@@ -1,0 +1,134 @@
+"""Host-side decoding and coercion of what an environment returned.
+
+Everything that comes out of an episode process is untrusted bytes. These functions
+turn one reply into a `StepRecord` (or an error record) with the contract's types:
+observation -> str cut to MAX_OBS_CHARS, reward -> finite float, flags -> bool,
+info -> JSON dict of bounded size. The in-process `FakePool` uses the same functions,
+so both pools give the same records for the same environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from spade_jax.sandbox import contract
+from spade_jax.sandbox.api import StepRecord
+
+_ENV_ERROR_KINDS = ("exception", "bad_output")
+CUT_MARK = "\n[observation cut]"
+
+
+class BadOutput(ValueError):
+  """A reply that breaks the contract; its message becomes the record's error_detail."""
+
+
+def error_record(kind: str, detail: str) -> StepRecord:
+  return StepRecord(observation="", reward=0.0, error_kind=kind, error_detail=detail[:500])
+
+
+def decode(data: bytes) -> dict:
+  """Parses one reply; raises BadOutput unless it is {"ok": ...} or {"err": kind, ...}."""
+  try:
+    msg = json.loads(data)
+  except (ValueError, RecursionError) as exc:  # ValueError covers bad UTF-8
+    raise BadOutput(f"reply is not JSON: {type(exc).__name__}: {exc}"[:300]) from None
+  if not isinstance(msg, dict) or ("ok" in msg) == ("err" in msg):
+    raise BadOutput("reply is neither a result nor an error")
+  return msg
+
+
+def env_error(msg: dict) -> StepRecord:
+  """The error record for an {"err": ...} reply; unknown kinds count as bad output."""
+  kind = msg.get("err")
+  detail = msg.get("detail")
+  detail = detail if isinstance(detail, str) else ""
+  return error_record(kind if kind in _ENV_ERROR_KINDS else "bad_output", detail)
+
+
+def observation(value: Any) -> str:
+  if isinstance(value, bool) or value is None or isinstance(value, (list, dict)):
+    raise BadOutput(f"observation must be a str, got {type(value).__name__}")
+  if isinstance(value, (int, float)):
+    value = str(value)
+  if len(value) > contract.MAX_OBS_CHARS:
+    value = value[: contract.MAX_OBS_CHARS - len(CUT_MARK)] + CUT_MARK
+  return value
+
+
+def reward(value: Any) -> float:
+  if isinstance(value, bool) or not isinstance(value, (int, float)):
+    raise BadOutput(f"reward must be a number, got {type(value).__name__}")
+  value = float(value)
+  if not math.isfinite(value):
+    raise BadOutput(f"reward must be finite, got {value}")
+  return value
+
+
+def flag(value: Any, name: str) -> bool:
+  if value is None or isinstance(value, (bool, int, float)):
+    return bool(value)
+  raise BadOutput(f"{name} must be a bool, got {type(value).__name__}")
+
+
+def info(value: Any) -> dict:
+  if value is None:
+    return {}
+  if not isinstance(value, dict):
+    raise BadOutput(f"info must be a dict, got {type(value).__name__}")
+  size = len(json.dumps(value))
+  if size > contract.MAX_INFO_CHARS:
+    raise BadOutput(f"info is {size} characters of JSON > {contract.MAX_INFO_CHARS}")
+  return value
+
+
+def _parts(value: Any, n: int, call: str) -> list:
+  if not isinstance(value, list) or len(value) != n:
+    got = f"a {len(value)}-tuple" if isinstance(value, list) else type(value).__name__
+    raise BadOutput(f"{call} must return a {n}-tuple, got {got}")
+  return value
+
+
+def reset_result(value: Any) -> StepRecord:
+  obs, inf = _parts(value, 2, "reset")
+  return StepRecord(observation=observation(obs), info=info(inf))
+
+
+def step_result(value: Any) -> StepRecord:
+  obs, rew, term, trunc, inf = _parts(value, 5, "step")
+  return StepRecord(observation=observation(obs), reward=reward(rew),
+                    terminated=flag(term, "terminated"), truncated=flag(trunc, "truncated"),
+                    info=info(inf))
+
+
+def max_turns(value: Any) -> int | None:
+  if value is None:
+    return None
+  if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    raise BadOutput(f"max_turns must be a positive int, got {value!r}"[:200])
+  return value
+
+
+def tools(value: Any) -> list | None:
+  """Checks OpenAI function-calling specs: [{"type": "function", "function": {...}}]."""
+  if value is None:
+    return None
+  if not isinstance(value, list) or not 1 <= len(value) <= contract.MAX_TOOLS:
+    raise BadOutput(f"tools must be a list of 1..{contract.MAX_TOOLS} tool specs")
+  names = set()
+  for i, spec in enumerate(value):
+    fn = spec.get("function") if isinstance(spec, dict) else None
+    if not isinstance(spec, dict) or spec.get("type") != "function" or not isinstance(fn, dict):
+      raise BadOutput(f'tools[{i}] must be {{"type": "function", "function": {{...}}}}')
+    name, params = fn.get("name"), fn.get("parameters", {"type": "object"})
+    if not isinstance(name, str) or not name.isidentifier():
+      raise BadOutput(f"tools[{i}].function.name must be an identifier")
+    if name in names:
+      raise BadOutput(f"tools[{i}].function.name {name!r} is repeated")
+    names.add(name)
+    if not isinstance(fn.get("description", ""), str):
+      raise BadOutput(f"tools[{i}].function.description must be a str")
+    if not isinstance(params, dict) or params.get("type") != "object":
+      raise BadOutput(f'tools[{i}].function.parameters must be a JSON schema with "type": "object"')
+  return value

@@ -1,0 +1,113 @@
+"""The environment contract: what a generated environment must look like.
+
+`CONTRACT_TEXT` is written so that the designer prompt can quote it verbatim. The
+constants below it are the single source of the limits that the validator, the pool
+and the host-side coercion enforce; the text is formatted from them so the two never
+disagree.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+# Pure standard-library modules an environment may import (top-level names; submodules
+# such as `collections.abc` are allowed with their parent). The static check that
+# enforces this is a first filter only: isolation comes from the operating system.
+ALLOWED_IMPORTS = frozenset({
+    "__future__", "bisect", "collections", "copy", "dataclasses", "decimal", "enum",
+    "fractions", "functools", "heapq", "itertools", "json", "math", "operator", "random",
+    "re", "statistics", "string", "textwrap", "typing",
+})
+
+MAX_SOURCE_CHARS = 40_000  # longer sources are rejected before anything runs
+MAX_OBS_CHARS = 4_000  # observations are cut to this many characters (marked as cut)
+MAX_INFO_CHARS = 16_000  # an info dict whose JSON is longer is bad output
+MAX_ACTION_CHARS = 8_000  # actions are cut to this many characters before `step`
+MAX_TOOLS = 32  # at most this many tool specs in `tools`
+MAX_MESSAGE_BYTES = 256 * 1024  # one encoded reply of an environment call
+MAX_TURNS_CAP = 64  # upper bound on any episode length, whatever `max_turns` says
+RETURN_TOLERANCE = 1e-6  # an episode return outside [-tol, 1 + tol] is flagged
+
+DEFAULT_RESET_TIMEOUT_S = 2.0  # wall clock for loading the source and calling reset
+DEFAULT_STEP_TIMEOUT_S = 1.0  # wall clock for one step
+DEFAULT_MEMORY_MB = 1024  # address-space cap of an environment's process
+
+VALIDATION_SEEDS = (0, 1, 2, 3, 4, 5)  # seeds the validator resets with
+VALIDATION_STEPS = 4  # random-action steps per validation episode
+MIN_DISTINCT_EPISODES = 2  # fewer distinct episodes over VALIDATION_SEEDS: flagged as constant
+VALIDATION_TIMEOUT_S = 5.0  # wall clock for a whole validation run
+
+_ALLOWED_LIST = textwrap.fill(
+    ", ".join(sorted(ALLOWED_IMPORTS - {"__future__"})), width=88, subsequent_indent="    ")
+
+CONTRACT_TEXT = f"""\
+ENVIRONMENT CONTRACT
+Write one Python source file that defines exactly one class (any name) with these methods:
+
+  def reset(self, seed: int | None = None) -> tuple[str, dict]:
+      Start a new episode and return (first_observation, info).
+      All randomness must come from random.Random(seed): the same seed must give the same
+      episode, and different seeds must give different episodes (different puzzles,
+      not the same answer every time).
+
+  def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+      Apply the agent's action text and return
+      (observation, reward, terminated, truncated, info).
+      terminated=True when the episode is over (solved or failed for good);
+      truncated=True when you stop it for another reason (for example a turn limit).
+
+Optional class attributes:
+  max_turns: int    The framework truncates the episode after this many steps
+                    (and never allows more than {MAX_TURNS_CAP}, nor more than its own cap).
+  tools: list[dict] For tool-use environments: tool specs in OpenAI function-calling form,
+                    {{"type": "function", "function": {{"name": str, "description": str,
+                    "parameters": <JSON schema object>}}}}, at most {MAX_TOOLS}. They are
+                    shown to the agent; the action passed to step is then the raw text
+                    the agent produced: either a tool call as JSON
+                    {{"name": "<tool>", "arguments": {{...}}}} or a plain reply.
+
+Rules:
+  - The class must be constructible with no arguments: Env().
+  - The episode's return (the sum of all rewards) must lie in [0, 1]. Give partial
+    rewards for progress, and the remainder for solving.
+  - Observations are plain text of at most {MAX_OBS_CHARS} characters; longer ones are cut.
+  - info must be a dict of JSON values (str, int, float, bool, None, list, dict) whose JSON
+    is at most {MAX_INFO_CHARS} characters. Rewards must be finite numbers.
+  - An unexpected or malformed action must not crash the environment: answer it with an
+    observation that explains the expected format.
+  - reset must finish within {DEFAULT_RESET_TIMEOUT_S:g} s and each step within
+    {DEFAULT_STEP_TIMEOUT_S:g} s; memory is limited to {DEFAULT_MEMORY_MB} MiB.
+  - Imports are limited to these standard-library modules:
+    {_ALLOWED_LIST}.
+  - Do not use eval, exec, compile, open, input, globals, locals, vars, __import__ or
+    introspection attributes such as __dict__, __globals__, __subclasses__ or __code__.
+  - No files, network, subprocesses or threads: the code runs in an isolated sandbox where
+    they fail. Anything printed is discarded.
+"""
+
+EXAMPLE_ENV = '''\
+import random
+
+
+class GuessNumber:
+  """Guess a hidden number in [1, 20]; the observation says higher or lower."""
+
+  max_turns = 6
+
+  def reset(self, seed=None):
+    self.rng = random.Random(seed)
+    self.target = self.rng.randint(1, 20)
+    self.turns = 0
+    return "I picked a number from 1 to 20. Answer with one integer.", {}
+
+  def step(self, action):
+    self.turns += 1
+    try:
+      guess = int(action.strip())
+    except ValueError:
+      return "Answer with one integer, for example 7.", 0.0, False, False, {}
+    if guess == self.target:
+      return "Correct!", 1.0, True, False, {}
+    hint = "higher" if guess < self.target else "lower"
+    return f"{guess} is wrong; go {hint}.", 0.0, False, False, {}
+'''

@@ -1,0 +1,113 @@
+"""Host-side bookkeeping of live episodes, shared by the real and the fake pool.
+
+The ledger turns decoded replies into `StepRecord`s and applies the framework's rules:
+truncation after min(env max_turns, configured cap) steps, the episode-return range
+check, the tool specs in the reset record, and closing an episode once it is done.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+from collections.abc import Hashable
+
+from spade_jax.sandbox import coerce, contract
+from spade_jax.sandbox.api import StepRecord
+
+
+CLASS_COUNT = "the source must define exactly one class"
+
+
+def find_class(source: str) -> tuple[str | None, str]:
+  """(name of the single top-level class, "") or (None, why there is no such class)."""
+  if not isinstance(source, str):
+    return None, f"the source must be a str, got {type(source).__name__}"
+  return _find_class(source)
+
+
+def seed_value(seed) -> int | None:
+  """The seed as a plain int (numpy integers included) or None; ValueError otherwise."""
+  if seed is None:
+    return None
+  if isinstance(seed, bool) or int(seed) != seed:
+    raise ValueError(f"seed must be an int or None, got {seed!r}"[:200])
+  return int(seed)
+
+
+@functools.lru_cache(maxsize=256)
+def _find_class(source: str) -> tuple[str | None, str]:
+  if len(source) > contract.MAX_SOURCE_CHARS:
+    return None, f"source is {len(source)} characters > {contract.MAX_SOURCE_CHARS}"
+  try:
+    tree = ast.parse(source, filename="<env>")
+  except SyntaxError as exc:
+    return None, f"SyntaxError: {exc.msg}" + (f" (line {exc.lineno})" if exc.lineno else "")
+  except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, absurd nesting
+    return None, f"source cannot be parsed: {type(exc).__name__} {exc}"
+  classes = [node for node in tree.body if isinstance(node, ast.ClassDef)]
+  if len(classes) != 1:
+    return None, f"{CLASS_COUNT}, found {len(classes)}"
+  return classes[0].name, ""
+
+
+@dataclasses.dataclass
+class _Episode:
+  max_turns: int
+  turns: int = 0
+  total: float = 0.0
+
+
+class Ledger:
+  """Live episodes by id: turn counts, returns and effective turn limits."""
+
+  def __init__(self, max_turns: int):
+    self.max_turns = min(max_turns, contract.MAX_TURNS_CAP)
+    self.live: dict[Hashable, _Episode] = {}
+
+  def reset_record(self, episode_id: Hashable, msg: dict) -> StepRecord:
+    """Record for a reset reply; the episode is live afterwards unless it failed."""
+    self.live.pop(episode_id, None)
+    if "err" in msg:
+      return coerce.env_error(msg)
+    try:
+      attrs = msg.get("attrs")
+      attrs = attrs if isinstance(attrs, dict) else {}
+      env_max = coerce.max_turns(attrs.get("max_turns"))
+      tools = coerce.tools(attrs.get("tools"))
+      record = coerce.reset_result(msg["ok"])
+    except coerce.BadOutput as exc:
+      return coerce.error_record("bad_output", str(exc))
+    limit = self.max_turns if env_max is None else min(env_max, self.max_turns)
+    info = dict(record.info, max_turns=limit)
+    if tools is not None:
+      info["tools"] = tools
+    self.live[episode_id] = _Episode(max_turns=limit)
+    return dataclasses.replace(record, info=info)
+
+  def step_record(self, episode_id: Hashable, msg: dict) -> StepRecord:
+    """Record for a step reply; a done episode leaves the ledger (caller frees its process)."""
+    episode = self.live.pop(episode_id)
+    if "err" in msg:
+      return coerce.env_error(msg)
+    try:
+      record = coerce.step_result(msg["ok"])
+    except coerce.BadOutput as exc:
+      return coerce.error_record("bad_output", str(exc))
+    episode.turns += 1
+    episode.total += record.reward
+    if not record.done and episode.turns >= episode.max_turns:
+      record = dataclasses.replace(record, truncated=True)
+    if record.done and not -contract.RETURN_TOLERANCE <= episode.total <= (
+        1 + contract.RETURN_TOLERANCE):
+      return coerce.error_record(
+          "bad_output", f"episode return {episode.total:g} is outside [0, 1]")
+    if not record.done:
+      self.live[episode_id] = episode
+    return record
+
+  def unknown(self, episode_id: Hashable) -> StepRecord | None:
+    """An infra record when `episode_id` is not live (never reset, or already done)."""
+    if episode_id in self.live:
+      return None
+    return coerce.error_record("infra", f"episode {episode_id!r} is not live")

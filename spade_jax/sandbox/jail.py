@@ -1,0 +1,200 @@
+"""Operating-system isolation primitives, used inside worker processes.
+
+Standard library and ctypes only: the worker ships this file's source into a fresh
+`python -I -S` interpreter, where the package is not importable. Everything here acts on
+the calling process: namespaces (`unshare`), a minimal root filesystem (`build_root`,
+then `pivot_root`), resource limits, privilege drop, parent-death signal and a seccomp
+BPF filter that denies process creation, sockets, signals to other processes, ptrace
+and kernel-administration calls.
+"""
+
+import ctypes
+import os
+import platform
+import resource
+import struct
+
+CLONE = {"mount": 0x00020000, "uts": 0x04000000, "ipc": 0x08000000, "user": 0x10000000,
+         "pid": 0x20000000, "net": 0x40000000}
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
+PR_CAPBSET_DROP = 24
+CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 5, 6, 7, 21
+SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin")
+DEVICES = ("null", "zero", "random", "urandom")
+
+_ARCH = {
+    # machine: (AUDIT_ARCH, pivot_root nr, denied syscall numbers)
+    "x86_64": (0xC000003E, 155, (
+        56, 57, 58, 435, 59, 322,  # clone fork vfork clone3 execve execveat
+        41, 53, 62, 200, 234,  # socket socketpair kill tkill tgkill
+        101, 310, 311,  # ptrace process_vm_readv/writev
+        165, 166, 155, 272, 308, 161,  # mount umount2 pivot_root unshare setns chroot
+        321, 298, 250, 248, 249, 323, 425, 426, 427,  # bpf perf keyctl keys userfaultfd io_uring
+        246, 175, 313, 176, 169, 167, 168, 103, 163,  # kexec modules reboot swap syslog acct
+        164, 227, 170, 171, 172, 173, 179, 303, 304, 133, 259)),  # clocks names io quota mknod
+    "aarch64": (0xC00000B7, 41, (
+        220, 435, 221, 281, 198, 199, 129, 130, 131, 117, 270, 271,
+        40, 39, 41, 97, 268, 51, 280, 241, 219, 217, 218, 282, 425, 426, 427,
+        104, 105, 273, 106, 142, 224, 225, 116, 89, 170, 112, 161, 162, 60, 264, 265, 33)),
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class JailError(OSError):
+  """A layer could not be set up; the message names the call."""
+
+
+def _check(result: int, what: str) -> None:
+  if result != 0:
+    errno = ctypes.get_errno()
+    raise JailError(errno, f"{what}: {os.strerror(errno)}")
+
+
+def unshare(names) -> None:
+  flags = 0
+  for name in names:
+    flags |= CLONE[name]
+  _check(_libc.unshare(flags), f"unshare({'+'.join(names)})")
+
+
+def map_user(uid: int, gid: int) -> None:
+  """Maps root inside a fresh user namespace onto the caller's own uid and gid."""
+  with open("/proc/self/setgroups", "w") as f:
+    f.write("deny")
+  with open("/proc/self/uid_map", "w") as f:
+    f.write(f"0 {uid} 1")
+  with open("/proc/self/gid_map", "w") as f:
+    f.write(f"0 {gid} 1")
+
+
+def mount(source, target, fstype, flags, data=None) -> None:
+  enc = lambda s: None if s is None else s.encode()
+  _check(_libc.mount(enc(source), enc(target), enc(fstype), ctypes.c_ulong(flags), enc(data)),
+         f"mount({source} -> {target})")
+
+
+def bind_readonly(source: str, target: str) -> None:
+  mount(source, target, None, MS_BIND | MS_REC)
+  locked = os.statvfs(source).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+  mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | locked)
+
+
+def _mountpoint_for(sources) -> str:
+  """An existing directory, not above any bind source, to hold the new root."""
+  for candidate in ("/mnt", "/media", "/srv", "/tmp", "/run"):
+    if os.path.isdir(candidate) and not any(
+        (s + "/").startswith(candidate + "/") for s in sources):
+      return candidate
+  raise JailError(0, "no directory to mount the new root on")
+
+
+def build_root(extra_dirs, tmp_mb: int) -> None:
+  """pivot_root into a tmpfs holding read-only system dirs, /dev basics, /proc, /tmp.
+
+  Must run inside fresh mount and PID namespaces. Afterwards nothing of the host's files
+  is visible except read-only `SYSTEM_DIRS` and `extra_dirs` (the interpreter prefix).
+  """
+  binds = [d for d in SYSTEM_DIRS if os.path.lexists(d)]
+  binds += [d for d in extra_dirs if not any((d + "/").startswith(b + "/") for b in binds)]
+  root = _mountpoint_for([os.path.realpath(b) for b in binds])
+  mount(None, "/", None, MS_REC | MS_PRIVATE)
+  mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=0755")
+  for path in binds:
+    target = root + path
+    if os.path.islink(path):
+      os.symlink(os.readlink(path), target)
+      continue
+    os.makedirs(target, exist_ok=True)
+    bind_readonly(path, target)
+  os.makedirs(root + "/dev")
+  for name in DEVICES:
+    open(f"{root}/dev/{name}", "w").close()
+    mount(f"/dev/{name}", f"{root}/dev/{name}", None, MS_BIND)
+  os.makedirs(root + "/proc")
+  mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+  os.makedirs(root + "/tmp")
+  mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        f"size={tmp_mb}m,mode=1777")
+  os.makedirs(root + "/.old")
+  pivot_nr = _ARCH.get(platform.machine(), (0, -1, ()))[1]
+  _check(_libc.syscall(pivot_nr, root.encode(), (root + "/.old").encode()), "pivot_root")
+  os.chdir("/")
+  _check(_libc.umount2(b"/.old", 2), "umount(/.old)")
+  os.rmdir("/.old")
+  mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def private_tmp(tmp_mb: int) -> None:
+  """Gives the caller its own mount and IPC namespaces and a fresh, empty tmpfs on /tmp."""
+  unshare(["mount", "ipc"])
+  mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmp_mb}m,mode=1777")
+  os.chdir("/tmp")
+
+
+def set_limits(memory_mb: int, cpu_s: int, fsize_mb: int, nofile: int, nproc: int) -> None:
+  for name, value in (("RLIMIT_AS", memory_mb << 20), ("RLIMIT_CPU", cpu_s),
+                      ("RLIMIT_FSIZE", fsize_mb << 20), ("RLIMIT_NOFILE", nofile),
+                      ("RLIMIT_NPROC", nproc), ("RLIMIT_CORE", 0)):
+    resource.setrlimit(getattr(resource, name), (value, value))
+
+
+def die_with_parent(parent_pid: int) -> None:
+  """SIGKILL when the parent dies; exits at once if it already has (0: PID-namespace init)."""
+  _check(_libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0), "prctl(PDEATHSIG)")
+  if os.getppid() != parent_pid:
+    os._exit(1)
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+  """Becomes uid/gid with no supplementary groups and no capabilities; not dumpable."""
+  os.setgroups([])
+  os.setresgid(gid, gid, gid)
+  os.setresuid(uid, uid, uid)
+  undumpable()
+
+
+def keep_capabilities(caps) -> None:
+  """Shrinks the bounding, effective, permitted and inheritable sets to `caps`."""
+  for cap in range(64):
+    if cap not in caps and _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+      break  # EINVAL: past the kernel's last capability
+  mask = sum(1 << c for c in caps)
+  header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+  low, high = mask & 0xFFFFFFFF, mask >> 32
+  data = (ctypes.c_uint32 * 6)(low, low, 0, high, high, 0)
+  _check(_libc.capset(header, data), "capset")
+  _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+
+
+def undumpable() -> None:
+  """Forbids ptrace and /proc memory access by other processes of the same uid."""
+  _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
+
+
+def seccomp_supported() -> bool:
+  return platform.machine() in _ARCH
+
+
+def install_seccomp() -> None:
+  """Denies the syscalls in `_ARCH` with EPERM; a foreign architecture kills the process."""
+  arch, _, denied = _ARCH[platform.machine()]
+  ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+  allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+  prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
+  if platform.machine() == "x86_64":
+    prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]  # the x32 ABI
+  for nr in sorted(set(denied)):
+    prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
+  prog.append((ret, 0, 0, allow))
+  raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+  buf = ctypes.create_string_buffer(raw)
+
+  class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+  fprog = Fprog(len(prog), ctypes.addressof(buf))
+  _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+  _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0), "prctl(SECCOMP)")

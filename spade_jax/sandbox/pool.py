@@ -1,0 +1,299 @@
+"""SandboxPool: runs generated environments in jailed processes (implements api.EnvPool).
+
+Every episode runs in its own process, forked from a worker's clean zygote, and is
+killed (its whole process group) when it ends, fails, times out or is closed: no
+interpreter state, thread or child process outlives its episode. Calls are batched: the
+pool writes all requests first, then waits on all replies with one poll loop, so
+episodes on different workers (and different episodes on one worker) run in parallel.
+Nothing an environment does raises here: each failure becomes an error record, and
+failures of the sandbox itself are marked `infra`. A worker that dies is replaced on
+next use. See docs/sandbox.md for the layers and what each defends against.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import resource
+import time
+from collections.abc import Hashable, Sequence
+
+from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, probe, validate
+from spade_jax.sandbox.api import StepRecord, ValidationResult
+from spade_jax.sandbox.workers import ACK_TIMEOUT_S, Worker, WorkerError
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass
+class _Proc:
+  """A live episode process: its worker, its token there, and the host ends of its pipes."""
+  worker: Worker
+  token: int
+  req: int
+  resp: int
+
+
+def _raise_fd_limit() -> None:
+  """Each live episode holds two pipe ends in the trainer: lift the soft fd limit."""
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  want = 1 << 16 if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
+  if soft != resource.RLIM_INFINITY and soft < want:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+
+
+class SandboxPool:
+  """The process pool; construct once (from a long-lived thread) and `close` at the end."""
+
+  def __init__(self, num_workers: int = 2, max_turns: int = contract.MAX_TURNS_CAP,
+               reset_timeout_s: float = contract.DEFAULT_RESET_TIMEOUT_S,
+               step_timeout_s: float = contract.DEFAULT_STEP_TIMEOUT_S,
+               memory_mb: int = contract.DEFAULT_MEMORY_MB, isolation: str = "strict",
+               check_constant: bool = True,
+               validation_timeout_s: float = contract.VALIDATION_TIMEOUT_S,
+               cpu_s: int = 60, fsize_mb: int = 1, nofile: int = 32,
+               worker_memory_mb: int = 8192, worker_pids: int = 4096):
+    """Probes the host, starts the workers and runs one smoke episode.
+
+    num_workers: jails (zygotes); each hosts any number of live episode processes, which
+      run in parallel, so this bounds fault blast radius and fork throughput, not
+      concurrency. max_turns: the framework's turn cap (an environment's own max_turns
+      can only lower it). memory_mb, cpu_s, fsize_mb, nofile: rlimits of each episode
+      process. worker_memory_mb, worker_pids: cgroup caps per worker where available.
+    isolation: "strict" | "basic" | "none", the least the pool accepts (probe.py).
+    Raises probe.SandboxUnavailable when the host cannot provide it.
+    """
+    _raise_fd_limit()
+    self.layers = probe.probe()
+    self.setup = probe.plan(isolation, self.layers)
+    self.limits = {"memory_mb": memory_mb, "cpu_s": cpu_s, "fsize_mb": fsize_mb,
+                   "nofile": nofile, "nproc": 1, "worker_memory_mb": worker_memory_mb,
+                   "worker_pids": worker_pids}
+    self.reset_timeout_s, self.step_timeout_s = reset_timeout_s, step_timeout_s
+    self.validation_timeout_s = validation_timeout_s
+    self.check_constant = check_constant
+    self.ledger = episodes.Ledger(max_turns)
+    cgroups.sweep(self.setup["cgroups"])
+    self._live: dict[Hashable, _Proc] = {}
+    self._workers: list[Worker | None] = [None] * num_workers
+    try:
+      for i in range(num_workers):
+        self._workers[i] = Worker(i, self.setup, self.limits)
+      for w in self._workers:
+        w.wait_ready()
+      smoke = self.reset([("__smoke__", contract.EXAMPLE_ENV, 0)])[0]
+    except WorkerError as exc:
+      self.close()
+      raise probe.SandboxUnavailable(str(exc)) from None
+    self.close_episodes(["__smoke__"])
+    if smoke.error_kind is not None:
+      self.close()
+      raise probe.SandboxUnavailable(f"sandbox smoke test failed: {smoke.error_detail}")
+
+  def __enter__(self) -> SandboxPool:
+    return self
+
+  def __exit__(self, *exc) -> None:
+    self.close()
+
+  # Workers and episode processes.
+
+  def _pick_worker(self) -> Worker:
+    """The least loaded worker, replacing dead ones; raises WorkerError."""
+    for i, w in enumerate(self._workers):
+      if w is None or not w.alive:
+        if w is not None:
+          log.warning("sandbox worker %d died; replacing it", i)
+          w.stop()
+        self._workers[i] = None
+        self._workers[i] = Worker(i, self.setup, self.limits)
+        self._workers[i].wait_ready()
+    return min(self._workers, key=lambda w: len(w.live))
+
+  def _start(self, requests: list[tuple[Hashable, bytes]], timeout_s: float, max_bytes: int
+             ) -> dict[Hashable, tuple[_Proc | None, str, bytes | str]]:
+    """Forks an episode process per (key, first request), sends it, waits for the replies.
+
+    Requests go out while the zygotes are still forking; the timeout counts from the moment
+    every fork is acknowledged, so a slow zygote never makes an environment time out.
+    Returns key -> (process, status, reply); the process is None, the status "infra" and
+    the reply the reason when no process could be made.
+    """
+    write_deadline = time.monotonic() + timeout_s + ACK_TIMEOUT_S
+    procs, out, waiting = {}, {}, {}
+    for key, payload in requests:
+      try:
+        w = self._pick_worker()
+        procs[key] = proc = _Proc(w, *w.send_spawn())
+      except (WorkerError, OSError) as exc:
+        out[key] = (None, "infra", str(exc))
+        continue
+      status = channel.write_frame(proc.req, payload, write_deadline)
+      if status == channel.OK:
+        waiting[proc.resp] = key
+      else:
+        out[key] = (proc, status, b"")
+    failed = self._confirm(procs)
+    deadline = time.monotonic() + timeout_s
+    for key, reply in channel.collect(waiting, deadline, max_bytes).items():
+      out[key] = (procs[key], *reply)
+    self._release([procs[key] for key in failed])
+    for key, reason in failed.items():
+      out[key] = (None, "infra", reason)
+    return out
+
+  def _confirm(self, procs: dict[Hashable, _Proc]) -> dict[Hashable, str]:
+    """Reads the zygotes' fork acknowledgements; key -> reason for each failed fork."""
+    failed = {}
+    for w in {p.worker for p in procs.values()}:
+      mine = {p.token: key for key, p in procs.items() if p.worker is w}
+      try:
+        acks = w.receive_acks(list(mine))
+      except (WorkerError, OSError, ValueError) as exc:
+        w.stop()
+        acks = {token: f"worker {w.index} failed: {exc}" for token in mine}
+      failed.update({mine[token]: why for token, why in acks.items() if why and token in mine})
+    return failed
+
+  def _release(self, procs: list[_Proc]) -> None:
+    """Kills episode processes (one message per worker) and closes their pipes."""
+    for w in {p.worker for p in procs}:
+      w.kill([p.token for p in procs if p.worker is w])
+    for p in procs:
+      os.close(p.req)
+      os.close(p.resp)
+
+  def _exchange(self, items: list[tuple[Hashable, _Proc, bytes]], timeout_s: float,
+                max_bytes: int) -> dict[Hashable, tuple[str, bytes]]:
+    """Sends every request, then waits for every reply until the deadline."""
+    deadline = time.monotonic() + timeout_s
+    results, waiting = {}, {}
+    for key, proc, payload in items:
+      status = channel.write_frame(proc.req, payload, deadline)
+      if status == channel.OK:
+        waiting[proc.resp] = key
+      else:
+        results[key] = (status, b"")
+    results.update(channel.collect(waiting, deadline, max_bytes))
+    return results
+
+  def _record(self, status: str, payload: bytes, proc: _Proc, timeout_s: float,
+              on_reply) -> StepRecord:
+    if status == channel.OK:
+      try:
+        return on_reply(coerce.decode(payload))
+      except coerce.BadOutput as exc:
+        return coerce.error_record("bad_output", str(exc))
+    if status == channel.TIMEOUT:
+      return coerce.error_record("timeout", f"no reply within {timeout_s:g} s")
+    if status == channel.TOO_BIG:
+      return coerce.error_record("bad_output", "reply exceeds the size cap")
+    if proc.worker.alive:
+      return coerce.error_record(
+          "crash", "the environment's process died (memory or CPU limit, a signal, os._exit)")
+    return coerce.error_record("infra", f"sandbox worker {proc.worker.index} died")
+
+  # The EnvPool interface.
+
+  def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
+    results: list[ValidationResult] = [validate.static_check(s) for s in sources]
+    trial = validate.plan()
+    requests = [(i, json.dumps({"op": "validate", "source": sources[i], "plan": trial,
+                                "class": r.class_name}).encode())
+                for i, r in enumerate(results) if r.valid]
+    replies = self._start(requests, self.validation_timeout_s, 16 * contract.MAX_MESSAGE_BYTES)
+    for i, (proc, status, payload) in replies.items():
+      name = results[i].class_name
+      if proc is None:
+        results[i] = ValidationResult(False, reason=f"infra: {payload}", class_name=name)
+        continue
+      record = self._record(status, payload, proc, self.validation_timeout_s, lambda m: m)
+      if isinstance(record, dict):
+        results[i] = validate.judge(record, name, trial, self.reset_timeout_s,
+                                    self.step_timeout_s, self.check_constant)
+      else:
+        kind = "infra" if record.infra_error else f"runs: {record.error_kind}"
+        results[i] = ValidationResult(False, reason=f"{kind}: {record.error_detail}",
+                                      class_name=name)
+    self._release([proc for proc, _, _ in replies.values() if proc is not None])
+    return results
+
+  def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[StepRecord]:
+    records: list[StepRecord | None] = [None] * len(episodes_)
+    requests, ended = [], []
+    self.close_episodes([episode_id for episode_id, _, _ in episodes_])
+    seen = set()
+    for i, (episode_id, source, seed) in enumerate(episodes_):
+      class_name, why = episodes.find_class(source)
+      if episode_id in seen:
+        records[i] = coerce.error_record("infra", f"episode {episode_id!r} reset twice")
+        continue
+      seen.add(episode_id)
+      if class_name is None:
+        records[i] = coerce.error_record("exception", why)
+        continue
+      try:
+        payload = {"op": "reset", "source": source, "class": class_name,
+                   "seed": episodes.seed_value(seed)}
+      except (TypeError, ValueError) as exc:
+        records[i] = coerce.error_record("infra", str(exc))
+        continue
+      requests.append((i, json.dumps(payload).encode()))
+    for i, (proc, status, payload) in self._start(requests, self.reset_timeout_s,
+                                                  contract.MAX_MESSAGE_BYTES).items():
+      episode_id = episodes_[i][0]
+      if proc is None:
+        records[i] = coerce.error_record("infra", payload)
+        continue
+      records[i] = self._record(status, payload, proc, self.reset_timeout_s,
+                                lambda m, e=episode_id: self.ledger.reset_record(e, m))
+      if episode_id in self.ledger.live:
+        self._live[episode_id] = proc
+      else:
+        ended.append(proc)
+    self._release(ended)
+    return records
+
+  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[StepRecord]:
+    records: list[StepRecord | None] = [None] * len(actions)
+    items, seen, ended = [], set(), []
+    for i, (episode_id, action) in enumerate(actions):
+      records[i] = self.ledger.unknown(episode_id)
+      if episode_id in seen:
+        records[i] = coerce.error_record("infra", f"episode {episode_id!r} stepped twice")
+      if records[i] is None:
+        seen.add(episode_id)
+        payload = {"op": "step", "action": str(action)[: contract.MAX_ACTION_CHARS]}
+        items.append((i, self._live[episode_id], json.dumps(payload).encode()))
+    replies = self._exchange(items, self.step_timeout_s, contract.MAX_MESSAGE_BYTES)
+    for i, proc, _ in items:
+      episode_id = actions[i][0]
+      records[i] = self._record(*replies[i], proc, self.step_timeout_s,
+                                lambda m, e=episode_id: self.ledger.step_record(e, m))
+      if records[i].error_kind is not None or episode_id not in self.ledger.live:
+        ended.append(episode_id)
+    self.close_episodes(ended)
+    return records
+
+  def close_episodes(self, episode_ids: Sequence[Hashable]) -> None:
+    procs = []
+    for episode_id in episode_ids:
+      self.ledger.live.pop(episode_id, None)
+      proc = self._live.pop(episode_id, None)
+      if proc is not None:
+        procs.append(proc)
+    self._release(procs)
+
+  def close(self) -> None:
+    """Kills every worker (and so every episode process); the pool is unusable afterwards."""
+    self.ledger.live.clear()
+    for proc in self._live.values():
+      os.close(proc.req)
+      os.close(proc.resp)
+    self._live.clear()
+    for w in self._workers:
+      if w is not None:
+        w.stop()
+    self._workers = []

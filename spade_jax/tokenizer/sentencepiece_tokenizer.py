@@ -1,0 +1,69 @@
+"""SentencePiece BPE tokenizer for the tiny CPU model, with the Qwen3 chat format.
+
+The bundled model (assets/tiny.model, trained by scripts/train_tiny_tokenizer.py on the
+docstring corpus) has 1024 ids, equal to the "tiny" preset's vocab_size. The Qwen3 chat control
+tokens are user-defined symbols, so "<|im_start|>" in text encodes to its one id; byte fallback
+means any text encodes without <unk>; identity normalisation and no dummy prefix make
+decode(encode(text)) == text and encode(a + b) == encode(a) + encode(b) at control tokens.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import pathlib
+from collections.abc import Sequence
+
+import sentencepiece as spm
+
+from spade_jax.tokenizer import base
+from spade_jax.tokenizer import chat_template as chat_lib
+
+TINY_VOCAB_SIZE = 1024
+
+
+def tiny_model_path() -> pathlib.Path:
+  """Path of the bundled tiny SentencePiece model."""
+  return pathlib.Path(str(importlib.resources.files("spade_jax.tokenizer") / "assets" /
+                          "tiny.model"))
+
+
+class SentencePieceTokenizer(base.Tokenizer):
+  """A SentencePiece model file behind the common tokenizer interface."""
+
+  def __init__(self, model_file: str | pathlib.Path, chat_template: str | None = None):
+    model_file = pathlib.Path(model_file)
+    if not model_file.is_file():
+      raise FileNotFoundError(f"{model_file}: SentencePiece model file not found")
+    self._sp = spm.SentencePieceProcessor()
+    try:
+      self._sp.Load(str(model_file))
+    except (OSError, RuntimeError) as e:
+      raise ValueError(f"{model_file}: not a SentencePiece model ({e})") from e
+    missing = [t for t in (base.IM_START, base.IM_END, base.ENDOFTEXT)
+               if self.token_to_id(t) is None]
+    if missing:
+      raise ValueError(f"{model_file}: chat control tokens {missing} are not in the vocabulary")
+    self.special_tokens_map = {"eos_token": base.IM_END, "pad_token": base.ENDOFTEXT}
+    self.chat_template = chat_template or chat_lib.default_chat_template()
+
+  def encode(self, text: str) -> list[int]:
+    return list(self._sp.EncodeAsIds(text))
+
+  def decode(self, ids: Sequence[int]) -> str:
+    return self._sp.DecodeIds([int(i) for i in ids])
+
+  def token_to_id(self, token: str) -> int | None:
+    token_id = self._sp.PieceToId(token)
+    # PieceToId answers unk for unknown pieces; only unk itself may map to unk.
+    if token_id == self._sp.unk_id() and token != self._sp.IdToPiece(token_id):
+      return None
+    return token_id
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.GetPieceSize()
+
+
+def load_tiny() -> SentencePieceTokenizer:
+  """The bundled tiny tokenizer (vocab 1024, Qwen3 chat format)."""
+  return SentencePieceTokenizer(tiny_model_path())

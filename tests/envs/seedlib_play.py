@@ -1,0 +1,47 @@
+"""In-process play of the trusted seed sources, shared by the tests in tests/envs.
+
+The sources are exec'd in this process (fast, no sandbox): acceptable only because they
+are the hand-written seed library, never generated code.
+"""
+
+import functools
+
+from spade_jax.envs import library
+
+
+@functools.cache
+def seeds_by_name() -> dict:
+  return {seed.name: seed for seed in library.load_seed_library()}
+
+
+@functools.cache
+def env_class(name: str) -> type:
+  seed = seeds_by_name()[name]
+  namespace = {"__name__": f"seed_{name}"}
+  exec(compile(seed.source, f"<seed {name}>", "exec"), namespace)  # noqa: S102 (trusted)
+  classes = [v for v in namespace.values()
+             if isinstance(v, type) and v.__module__ == namespace["__name__"]]
+  assert len(classes) == 1, name
+  return classes[0]
+
+
+class Episode:
+  """One episode of a seed; `act` steps it and keeps the return and the turn count."""
+
+  def __init__(self, name: str, seed: int):
+    self.env = env_class(name)()
+    self.obs, self.info = self.env.reset(seed)
+    self.total, self.turns, self.done = 0.0, 0, False
+    self.terminated = False
+    self.trace = [self.obs]  # every observation, to compare episodes across seeds
+
+  def act(self, action: str) -> str:
+    assert not self.done, f"acted after the episode ended: {action!r}"
+    self.obs, reward, terminated, truncated, _ = self.env.step(action)
+    assert isinstance(reward, float) and 0.0 <= reward <= 1.0, reward
+    self.total += reward
+    self.turns += 1
+    self.terminated = terminated
+    self.done = terminated or truncated
+    self.trace.append(self.obs)
+    return self.obs

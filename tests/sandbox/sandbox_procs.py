@@ -1,0 +1,39 @@
+"""Process helpers for the sandbox tests (a unique module name: no conftest imports)."""
+
+import os
+import time
+
+SECRET = "spade-test-secret-3141"
+os.environ["SPADE_SANDBOX_TEST_SECRET"] = SECRET  # must never be visible to environments
+
+
+def descendants(pid: int) -> set[int]:
+  """All live descendants of `pid` (host PIDs), read from /proc."""
+  found, todo = set(), [pid]
+  while todo:
+    p = todo.pop()
+    try:
+      tids = os.listdir(f"/proc/{p}/task")
+    except OSError:  # gone (ENOENT or ESRCH)
+      continue
+    for tid in tids:
+      try:
+        with open(f"/proc/{p}/task/{tid}/children") as f:
+          kids = [int(k) for k in f.read().split()]
+      except OSError:  # gone (ENOENT or ESRCH)
+        continue
+      for kid in kids:
+        if kid not in found:
+          found.add(kid)
+          todo.append(kid)
+  return found
+
+
+def settled_descendants(pid: int, expected: int, timeout_s: float = 3.0) -> set[int]:
+  """Descendants once their number drops to `expected` (kills are asynchronous)."""
+  deadline = time.monotonic() + timeout_s
+  while True:
+    found = descendants(pid)
+    if len(found) <= expected or time.monotonic() > deadline:
+      return found
+    time.sleep(0.01)
