@@ -19,6 +19,7 @@ $(VENV)/.test-installed: $(VENV)/.runtime-installed requirements-test.txt
 	touch $@
 
 smoke: $(VENV)/.runtime-installed
+	rm -rf runs/smoke
 	$(BIN)/python launch/tpu_run.py --config configs/smoke.py --workdir runs/smoke
 
 test: $(VENV)/.test-installed

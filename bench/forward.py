@@ -70,8 +70,6 @@ def _timeit(fn, iters: int) -> float:
 
 def bench_prefill(preset: str, iters: int, workdir: pathlib.Path) -> dict[str, float]:
   """tokens/s of spade_jax and transformers on one random checkpoint of `preset`'s shape."""
-
-
   cfg = get_preset(preset)
   hf = hf_config.config_to_hf(cfg, "float32")
   torch.manual_seed(0)
@@ -95,8 +93,6 @@ def bench_prefill(preset: str, iters: int, workdir: pathlib.Path) -> dict[str, f
 
 def write_random_checkpoint(directory: pathlib.Path, preset: str = "qwen3-0.6b") -> int:
   """Random bf16 checkpoint of a preset's shape, written tensor by tensor; returns its bytes."""
-
-
   cfg = get_preset(preset, param_dtype="bfloat16", compute_dtype="bfloat16")
   abstract = dict(nnx.to_flat_state(nnx.state(
       nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))))

@@ -11,7 +11,7 @@ Conventions (also in docs/engine.md):
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from spade_jax.engine.api import SamplingParams
 

@@ -31,10 +31,12 @@ class TrainBatch:
     b, t = self.tokens.shape
     for name in ("attention_mask", "loss_mask", "behaviour_logprobs"):
       if getattr(self, name).shape != (b, t):
-        raise ValueError(f"TrainBatch.{name} has shape {getattr(self, name).shape}, expected {(b, t)}")
+        raise ValueError(f"TrainBatch.{name} has shape {getattr(self, name).shape}, "
+                         f"expected {(b, t)}")
     for name in ("rewards", "group_ids", "roles"):
       if getattr(self, name).shape != (b,):
-        raise ValueError(f"TrainBatch.{name} has shape {getattr(self, name).shape}, expected {(b,)}")
+        raise ValueError(f"TrainBatch.{name} has shape {getattr(self, name).shape}, "
+                         f"expected {(b,)}")
 
   @property
   def num_rows(self) -> int:

@@ -15,7 +15,6 @@ from collections.abc import Hashable
 from spade_jax.sandbox import coerce, contract
 from spade_jax.sandbox.api import StepRecord
 
-
 CLASS_COUNT = "the source must define exactly one class"
 
 

@@ -5,12 +5,11 @@ import json
 import jax
 import numpy as np
 import pytest
+import torch
+import transformers
 from flax import nnx
 
 from spade_jax.model import hf_io, make_mesh
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
 
 TOL = 1e-4
 VOCAB = 96

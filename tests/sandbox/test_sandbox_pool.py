@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
+from sandbox_procs import descendants, settled_descendants
 
 from spade_jax.sandbox import cgroups, contract, probe
 from spade_jax.sandbox.pool import SandboxPool
-from sandbox_procs import descendants, settled_descendants
 
 COUNTER = """
 import random

@@ -4,6 +4,7 @@ import json
 
 import pytest
 import tokenizers
+import transformers
 from tokenizers import models, pre_tokenizers, trainers
 
 from spade_jax.tokenizer import (
@@ -12,8 +13,6 @@ from spade_jax.tokenizer import (
   default_chat_template,
   load_tokenizer,
 )
-
-transformers = pytest.importorskip("transformers")
 
 TOOLS = [
     {"type": "function", "function": {

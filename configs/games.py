@@ -1,0 +1,51 @@
+r"""SPADE games setting (the paper's main run): Qwen3-30B-A3B, 400 steps of 24 environments.
+
+    python launch/tpu_run.py --config games.py --workdir gs://BUCKET/spade/games \
+        --config.model.checkpoint=/path/to/Qwen3-30B-A3B-Instruct-2507 \
+        --config.tokenizer=/path/to/Qwen3-30B-A3B-Instruct-2507
+
+Each step plays 24 designer-written games covering three of six skill categories; the set is
+regenerated every k=4 steps and the designer's update is delayed by the same k (paper,
+"Experimental Setup"). Expected runtime: not measured here (no TPU run was made); budget
+several days on a v5p-64 slice for 400 steps at these lengths. Smaller backbones:
+--config.model.preset=qwen3-4b or qwen3-8b with the matching checkpoint.
+"""
+
+from ml_collections import ConfigDict
+
+from spade_jax.config_util import base_config
+
+CHECKPOINT = "/mnt/disks/models/Qwen3-30B-A3B-Instruct-2507"  # HF dir (config.json, *.safetensors)
+
+
+def get_config() -> ConfigDict:
+  c = base_config()
+  c.model.preset = "qwen3-30b-a3b"  # the paper's largest backbone (Qwen3-30B-A3B-Instruct-2507)
+  c.model.checkpoint = CHECKPOINT  # Hugging Face weights to start from
+  c.model.param_dtype = "float32"  # master weights and Adam moments
+  c.model.compute_dtype = "bfloat16"  # TPU matmuls
+  c.tokenizer = CHECKPOINT  # tokenizer.json + chat template ship with the checkpoint
+  c.mesh = {"data": 1, "fsdp": -1, "tensor": 1, "expert": 1}  # FSDP over the whole slice
+  c.selfplay.num_envs = 24  # paper: 24 environments per rollout
+  c.selfplay.k = 4  # paper: refresh every 4 rollouts, designer update delayed by 4
+  c.selfplay.group_size = 8  # G episodes per arm (not given in the paper)
+  c.selfplay.categories_per_step = 3  # paper: three of the six skill categories per rollout
+  c.selfplay.max_turns = 8  # episode cap (environments may set fewer)
+  c.sampling.designer = {"max_new_tokens": 4096, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+  c.sampling.agent = {"max_new_tokens": 1024, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+  c.engine.num_slots = 256  # 24 envs x 2 arms x G=8 = 384 episodes run in 1.5 waves
+  c.engine.max_cache_len = 12288  # system prompt + 8 turns of observation and 1024-token reply
+  c.engine.prefill_buckets = (512, 2048, 4096)  # turns; first turns; designer prompt (~4k)
+  c.engine.decode_steps_per_poll = 32  # fewer host round trips on TPU
+  c.sandbox.num_workers = 64  # environment processes per host
+  c.rl.learning_rate = 1e-6  # GRPO on a 30B-A3B instruct model
+  c.rl.warmup_steps = 10  # short warmup
+  c.rl.schedule = "constant"  # flat after warmup
+  c.rl.total_steps = 400  # = train.num_steps
+  c.rl.beta = 0.0  # no KL reference (saves a forward pass)
+  c.rl.micro_batch_size = 32  # rows per accumulation micro-batch
+  c.corpus.paths = ()  # built-in math/science docstring corpus (the paper uses a 15k-doc one)
+  c.train.num_steps = 400  # paper: 400 rollouts
+  c.train.checkpoint_every = 16  # about every 30-60 minutes
+  c.train.keep_checkpoints = 3  # newest three kept
+  return c

@@ -1,0 +1,91 @@
+r"""Launches (or resumes) a SPADE self-play run.
+
+    python launch/tpu_run.py --config games.py [--config.selfplay.k=8 ...] [--workdir DIR]
+
+`--config` takes a module in configs/ by name or any path (`:arg` is passed to get_config);
+every field can be overridden as `--config.a.b=value` and the config is locked, so a typo
+fails. The run resumes from the newest checkpoint in the workdir (default runs/<config name>).
+On several hosts (Cloud TPU pod slices) jax.distributed is initialised first; each host runs
+this same command. Needs the package installed (`pip install -e .`, done by the Makefile).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+
+from absl import flags
+from ml_collections import ConfigDict, config_flags
+
+from spade_jax import config_util
+
+
+def _resolve_config_arg(argv: Sequence[str]) -> list[str]:
+  """Rewrites `--config X` / `--config=X` so that X may name a module in configs/."""
+  out, i = list(argv), 0
+  while i < len(out):
+    if out[i] in ("--config", "-config") and i + 1 < len(out):
+      out[i + 1] = config_util.resolve_config_path(out[i + 1])
+      i += 1
+    elif out[i].startswith(("--config=", "-config=")):
+      flag, value = out[i].split("=", 1)
+      out[i] = f"{flag}={config_util.resolve_config_path(value)}"
+    i += 1
+  return out
+
+
+def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
+  """argv (program name first) -> (locked config, workdir, distributed mode)."""
+  argv = _resolve_config_arg(argv)
+  fv = flags.FlagValues()
+  config = config_flags.DEFINE_config_file("config", None, "configs/<name>.py", flag_values=fv,
+                                           lock_config=True, sys_argv=argv)
+  workdir = flags.DEFINE_string("workdir", None, "output folder; default runs/<config name>",
+                                flag_values=fv)
+  distributed = flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
+                                  "jax.distributed.initialize(): auto = on several TPU hosts",
+                                  flag_values=fv)
+  flags.mark_flag_as_required("config", flag_values=fv)
+  try:
+    fv(argv)
+  except (AttributeError, KeyError) as err:  # an override naming a field the config lacks
+    overrides = [a for a in argv if a.startswith(("--config.", "-config."))]
+    raise config_util.ConfigError(f"unknown config field {err} in overrides {overrides}") from None
+  name = config_util.config_name(fv["config"].config_filename)
+  return config.value, workdir.value or os.path.join("runs", name), distributed.value
+
+
+def _several_hosts() -> bool:
+  hosts = [h for h in os.environ.get("TPU_WORKER_HOSTNAMES", "").split(",") if h]
+  return len(hosts) > 1 or "JAX_COORDINATOR_ADDRESS" in os.environ
+
+
+def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
+  """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
+  config_util.validate(config)
+  import jax  # pylint: disable=import-outside-toplevel
+  if distributed == "on" or (distributed == "auto" and _several_hosts()):
+    jax.distributed.initialize()
+  from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
+  from spade_jax.selfplay import runner  # pylint: disable=import-outside-toplevel
+  try:
+    mesh = make_mesh(config.mesh.to_dict())  # fails now if the slice does not fit the mesh
+  except ValueError as err:
+    raise config_util.ConfigError(f"config.mesh: {err} (an axis of -1 takes every device)"
+                                  ) from None
+  print(f"process {jax.process_index()}/{jax.process_count()}: mesh {dict(mesh.shape)}, "
+        f"workdir {workdir}", flush=True)
+  runner.run(config, workdir, mesh)
+
+
+def main() -> None:
+  try:
+    config, workdir, distributed = parse_args(sys.argv)
+    launch(config, workdir, distributed)
+  except (config_util.ConfigError, flags.Error) as err:
+    sys.exit(f"error: {err}")
+
+
+if __name__ == "__main__":
+  main()

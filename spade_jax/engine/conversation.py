@@ -1,0 +1,253 @@
+"""`SlotConversationEngine`: the ConversationEngine protocol on top of the slot engine.
+
+Host-side scheduling only; every model computation is one of core.Engine's jitted calls.
+  * A conversation keeps its slot and KV cache between turns. Its next turn feeds only
+    what the cache lacks (the last sampled token of the previous reply plus the new
+    tokens), written at the end of its cached prefix.
+  * Each `poll` first prefills queued turns (batched by length bucket) into slots, then
+    runs one block of decode steps for all running turns; a finished turn frees its slot
+    for decoding immediately, so short and long requests share slots without waiting.
+  * When every slot is owned and a queued turn needs one, the least recently used idle
+    conversation is evicted (its cache only; its tokens stay on the host and a later
+    turn re-prefills them). A turn waits when every slot is decoding.
+  * A conversation holds at most `max_cache_len` tokens; a reply that would grow past
+    it ends with finish_reason "cache_full" (zero tokens if the conversation was full).
+Stop conventions are spade_jax.engine.stopping's.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import itertools
+from collections.abc import Hashable
+
+import jax
+import numpy as np
+from flax import nnx
+
+from spade_jax.engine import stopping
+from spade_jax.engine.api import Completion, Request
+from spade_jax.engine.core import Engine
+from spade_jax.engine.state import pick_bucket
+
+
+@dataclasses.dataclass
+class _Conversation:
+  tokens: list[int]  # every token so far: prompts and replies
+  cached: int = 0  # how many of `tokens` are in the slot's cache (a prefix)
+  slot: int | None = None
+  last_used: int = 0
+
+
+@dataclasses.dataclass
+class _Turn:
+  request: Request
+  limit: int  # tokens this turn may sample: min(max_new_tokens, room left in the cache)
+  tokens: list[int] = dataclasses.field(default_factory=list)
+  logprobs: list[float] = dataclasses.field(default_factory=list)
+
+
+class SlotConversationEngine:
+  """Continuous-batching ConversationEngine over a model; see the module docstring."""
+
+  def __init__(self, model: nnx.Module, *, num_slots: int = 8, max_cache_len: int = 1024,
+               prefill_buckets=(32, 128, 512), decode_steps_per_poll: int = 16,
+               detokenize: stopping.Detokenize | None = None, max_stop_ids: int = 8,
+               cache_dtype: str | None = None, mesh=None, decode_widths=None,
+               decode_lengths=None):
+    self.engine = Engine(model, num_slots=num_slots, max_cache_len=max_cache_len,
+                         prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
+                         max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,
+                         decode_widths=decode_widths, decode_lengths=decode_lengths)
+    self._params = self.engine.params
+    self._detokenize = detokenize
+    self._state = self.engine.init_decode_state()
+    self._owner: list[Hashable | None] = [None] * num_slots
+    self._convs: dict[Hashable, _Conversation] = {}
+    self._queue: collections.deque[Request] = collections.deque()
+    self._running: dict[int, _Turn] = {}  # slot -> turn being decoded
+    self._done: list[Completion] = []
+    self._clock = itertools.count(1)
+    self._admitting: set[Hashable] = set()  # conversations admitted in the current poll
+
+  # --- ConversationEngine protocol -------------------------------------------------------
+
+  def submit(self, request: Request) -> None:
+    stopping.validate_params(request.params, self._detokenize)
+    if len(request.params.stop_token_ids) > self.engine.max_stop_ids:
+      raise ValueError(f"{len(request.params.stop_token_ids)} stop_token_ids exceed "
+                       f"max_stop_ids={self.engine.max_stop_ids}")
+    cid = request.conversation_id
+    if self._in_flight(cid):
+      raise ValueError(f"conversation {cid!r} already has a turn in flight")
+    new = [int(t) for t in request.new_token_ids]
+    if any(not 0 <= t < self.engine.cfg.vocab_size for t in new):
+      raise ValueError(f"conversation {cid!r}: token ids must be in [0, "
+                       f"{self.engine.cfg.vocab_size}), got {new}")
+    if cid not in self._convs:
+      if not new:
+        raise ValueError(f"conversation {cid!r} is new: its first turn needs a non-empty prompt")
+      if len(new) >= self.engine.max_cache_len:
+        raise ValueError(f"prompt of {len(new)} tokens leaves no room to sample in a cache of "
+                         f"max_cache_len={self.engine.max_cache_len}")
+      self._convs[cid] = _Conversation(tokens=[])
+    self._convs[cid].tokens.extend(new)
+    self._queue.append(request)
+
+  def poll(self) -> list[Completion]:
+    self._admit()
+    if self._running:
+      self._decode_block()
+    done, self._done = self._done, []
+    return done
+
+  def pending(self) -> int:
+    return len(self._queue) + len(self._running) + len(self._done)
+
+  def release(self, conversation_id: Hashable) -> None:
+    """Frees the conversation's slot and tokens; a queued or decoding turn is cancelled."""
+    conv = self._convs.pop(conversation_id, None)
+    if conv is None:
+      raise KeyError(f"unknown conversation {conversation_id!r}")
+    self._queue = collections.deque(
+        r for r in self._queue if r.conversation_id != conversation_id)
+    if conv.slot is not None:
+      self._owner[conv.slot] = None
+      self._running.pop(conv.slot, None)
+
+  def load_weights(self, params) -> None:
+    """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on.
+    The arrays are used as they are: no copy when they already live on the engine's devices."""
+    if isinstance(params, nnx.Module):
+      params = nnx.state(params)
+    if jax.tree.structure(params) != jax.tree.structure(self._params):
+      raise ValueError("load_weights: parameter tree does not match the engine's model "
+                       f"({jax.tree.structure(params)} vs {jax.tree.structure(self._params)})")
+    for (path, new), old in zip(jax.tree_util.tree_leaves_with_path(params),
+                                jax.tree.leaves(self._params), strict=True):
+      if (new.shape, new.dtype) != (old.shape, old.dtype):
+        raise ValueError(f"load_weights: {jax.tree_util.keystr(path)} is {new.dtype}"
+                         f"{list(new.shape)}, the engine's model has {old.dtype}{list(old.shape)}")
+    self._params = params
+
+  # --- scheduling ----------------------------------------------------------------------
+
+  def conversation_tokens(self, conversation_id: Hashable) -> tuple[int, ...]:
+    """Every token of the conversation so far (prompts and replies)."""
+    return tuple(self._convs[conversation_id].tokens)
+
+  def _in_flight(self, cid: Hashable) -> bool:
+    conv = self._convs.get(cid)
+    return (conv is not None and conv.slot in self._running) or any(
+        r.conversation_id == cid for r in self._queue)
+
+  def _take_slot(self, conv: _Conversation, cid: Hashable) -> bool:
+    """Gives the conversation a slot (its own, a free one, or an evicted idle one)."""
+    if conv.slot is not None:
+      return True
+    free = [s for s, o in enumerate(self._owner) if o is None]
+    if not free:
+      idle = [s for s, o in enumerate(self._owner)
+              if s not in self._running and o not in self._admitting]
+      if not idle:
+        return False
+      victim = min(idle, key=lambda s: self._convs[self._owner[s]].last_used)
+      evicted = self._convs[self._owner[victim]]
+      evicted.slot, evicted.cached = None, 0
+      free = [victim]
+    conv.slot, conv.cached = free[0], 0
+    self._owner[free[0]] = cid
+    return True
+
+  def _admit(self) -> None:
+    """Moves queued turns into slots and prefills them, batched by length bucket."""
+    self._admitting.clear()
+    waiting, batch = collections.deque(), []
+    while self._queue:
+      req = self._queue.popleft()
+      conv = self._convs[req.conversation_id]
+      if not self._take_slot(conv, req.conversation_id):
+        waiting.append(req)
+        continue
+      self._admitting.add(req.conversation_id)
+      conv.last_used = next(self._clock)
+      room = self.engine.max_cache_len - len(conv.tokens)
+      turn = _Turn(req, limit=min(req.params.max_new_tokens, room))
+      if turn.limit <= 0:
+        self._finish(conv.slot, turn, "cache_full")
+        continue
+      batch.append((conv.slot, turn))
+    self._queue = waiting
+    self._prefill(batch)
+
+  def _prefill(self, batch: list[tuple[int, _Turn]]) -> None:
+    """Feeds every turn's uncached tokens in chunks of at most the largest bucket; the
+    token sampled after a turn's last chunk is the first token of its reply."""
+    pending = list(batch)
+    while pending:
+      by_bucket: dict[int, list] = collections.defaultdict(list)
+      for slot, turn in pending:
+        conv = self._convs[turn.request.conversation_id]
+        chunk = conv.tokens[conv.cached:conv.cached + self.engine.max_chunk]
+        by_bucket[pick_bucket(len(chunk), self.engine.prefill_buckets)].append(
+            (slot, turn, conv, chunk))
+      pending = []
+      for group in by_bucket.values():  # distinct slots, so at most num_slots rows
+        # Calls of exactly a row bucket each (9 rows -> 4 + 4 + 1): no padded rows.
+        while group:
+          rows = max(b for b in self.engine.row_buckets if b <= len(group))
+          pending += self._append_group(group[:rows])
+          group = group[rows:]
+
+  def _append_group(self, group) -> list[tuple[int, _Turn]]:
+    self._state, tok, lp = self.engine.append(
+        self._params, self._state, [g[0] for g in group], [g[2].cached for g in group],
+        [g[3] for g in group], [g[1].request.params for g in group], [g[1].limit for g in group])
+    unfinished = []
+    for (slot, turn, conv, chunk), t, logprob in zip(group, tok, lp, strict=True):
+      conv.cached += len(chunk)
+      if conv.cached < len(conv.tokens):
+        unfinished.append((slot, turn))
+        continue
+      turn.tokens.append(int(t))
+      turn.logprobs.append(float(logprob))
+      self._running[slot] = turn
+      self._check_finished(slot)
+    return unfinished
+
+  def _decode_block(self) -> None:
+    active = np.zeros((self.engine.num_slots,), bool)
+    active[list(self._running)] = True
+    # Cache end of a decoding slot: its cached conversation plus the reply fed so far.
+    max_end = max(self._convs[t.request.conversation_id].cached + len(t.tokens) - 1
+                  for t in self._running.values())
+    self._state, block = self.engine.generate(self._params, self._state, active, max_end)
+    for slot in list(self._running):
+      turn = self._running[slot]
+      valid = block.valid[slot]
+      turn.tokens.extend(int(t) for t in block.tokens[slot][valid])
+      turn.logprobs.extend(float(x) for x in block.logprobs[slot][valid])
+      self._check_finished(slot)
+
+  def _check_finished(self, slot: int) -> None:
+    """Ends the slot's turn if a stop id, stop string, max_new_tokens or the cache says so."""
+    turn = self._running[slot]
+    params = turn.request.params
+    n, reason = stopping.truncate_reply(turn.tokens, params, self._detokenize)
+    if reason is None and len(turn.tokens) >= turn.limit:  # limit < max_new_tokens
+      reason = "cache_full"
+    if reason is None:
+      return
+    del turn.tokens[n:], turn.logprobs[n:]
+    del self._running[slot]
+    self._finish(slot, turn, reason)
+
+  def _finish(self, slot: int, turn: _Turn, reason: str) -> None:
+    cid = turn.request.conversation_id
+    conv = self._convs[cid]
+    conv.tokens.extend(turn.tokens)
+    # Every reply token except the last was fed to the model; the last is fed next turn.
+    conv.cached = min(conv.cached + max(len(turn.tokens) - 1, 0), len(conv.tokens))
+    conv.last_used = next(self._clock)
+    self._done.append(Completion(cid, list(turn.tokens), list(turn.logprobs), reason))

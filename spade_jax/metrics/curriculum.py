@@ -1,0 +1,108 @@
+"""Step metrics computed from the loop's `StepRecord`: curriculum, agent, trainer, timing.
+
+Definitions (also in docs/metrics.md). An arm's win rate is the record's: mean episode return
+of the arm (returns lie in [0, 1]; for 0/1 rewards it is the share of wins).
+* valid_rate: valid designer outputs / designer outputs of the step's generation (None on
+  steps without generation; the logger then carries the active set's value forward).
+* designed_envs / replayed_envs: environments of the active set by origin (replayed includes
+  the seed library in fixed-environment mode).
+* learnable_share: environments whose no-hint win rate is in [0.2, 0.8], divided by the step's
+  environment budget (unfilled capacity counts as zero, as in the paper's Figure 6).
+* regret_mean: mean over environments of win_rate(hint) - win_rate(no hint).
+* diversity_vendi: Vendi score / n of the active set's sources (see vendi.py).
+* reward_levels: mean over environments of the number of distinct per-turn reward values seen
+  in the step's episodes (both arms, rounded to 1e-6); partial_reward_levels counts only the
+  values strictly inside (0, 1).
+* formula_reveal_rate: share of hinted environments whose first observation contains a
+  verbatim run of `REVEAL_SPAN` consecutive normalised hint tokens (all of a shorter hint):
+  a measurable proxy for "the task prompt already states the method".
+A per-environment mean over no environments is nan.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+from spade_jax.metrics import vendi
+from spade_jax.selfplay.record import EnvReport, StepRecord
+
+LEARNABLE_RANGE = (0.2, 0.8)
+REVEAL_SPAN = 6
+REQUIRED_TRAIN = ("loss", "kl")
+REQUIRED_TIMINGS = ("generate_s", "sandbox_s", "train_s")
+_REVEAL_TOKEN = re.compile(r"[a-z0-9_]+|[=+\-*/^%<>]")
+
+
+def _mean(xs: Sequence[float]) -> float:
+  return float(np.mean(xs)) if len(xs) else float("nan")
+
+
+def _nan_if_none(x: float | None) -> float:
+  return float("nan") if x is None else float(x)
+
+
+def is_learnable(env: EnvReport) -> bool:
+  rate = env.win_rate["no_hint"]
+  return rate is not None and LEARNABLE_RANGE[0] <= rate <= LEARNABLE_RANGE[1]
+
+
+def reward_levels(env: EnvReport, partial_only: bool = False) -> int:
+  levels = {round(float(r), 6) for rewards in env.step_rewards.values() for r in rewards}
+  if partial_only:
+    levels = {r for r in levels if 0.0 < r < 1.0}
+  return len(levels)
+
+
+def _reveal_tokens(text: str) -> list[str]:
+  return _REVEAL_TOKEN.findall(text.lower())
+
+
+def reveals_hint(observation: str, hint: str, span: int = REVEAL_SPAN) -> bool:
+  """True when `observation` contains `span` consecutive hint tokens (all of a shorter hint)."""
+  hint_tokens, obs_tokens = _reveal_tokens(hint), _reveal_tokens(observation)
+  n = min(span, len(hint_tokens))
+  if n == 0 or len(obs_tokens) < n:
+    return False
+  obs_grams = {tuple(obs_tokens[i:i + n]) for i in range(len(obs_tokens) - n + 1)}
+  return any(tuple(hint_tokens[i:i + n]) in obs_grams for i in range(len(hint_tokens) - n + 1))
+
+
+def step_metrics(record: StepRecord) -> dict[str, float]:
+  """All scalars of one step, keyed by TensorBoard tag (valid_rate only on generation steps)."""
+  train = dict(record.train_metrics)
+  if "logprob_gap" not in train and "logprob_gap_mean" in train:
+    train["logprob_gap"] = train["logprob_gap_mean"]  # the trainer's name for the mean gap
+  missing = [f"train_metrics.{k}" for k in (*REQUIRED_TRAIN, "logprob_gap") if k not in train]
+  missing += [f"timings.{k}" for k in REQUIRED_TIMINGS if k not in record.timings]
+  if missing:
+    raise KeyError(f"StepRecord of step {record.step} lacks {missing}")
+  envs = record.envs
+  hinted = [e for e in envs if _reveal_tokens(e.hint)]
+  returns = {arm: [r for e in envs for r in e.returns[arm]] for arm in ("no_hint", "hint")}
+  out = {
+      "curriculum/designed_envs": float(record.designed_envs),
+      "curriculum/replayed_envs": float(record.replayed_envs),
+      "curriculum/learnable_share": sum(map(is_learnable, envs)) / record.num_envs,
+      "curriculum/regret_mean": _nan_if_none(record.regret_mean()),
+      "curriculum/diversity_vendi": vendi.vendi_per_n([e.source for e in envs]),
+      "curriculum/reward_levels": _mean([reward_levels(e) for e in envs]),
+      "curriculum/partial_reward_levels": _mean([reward_levels(e, True) for e in envs]),
+      "curriculum/formula_reveal_rate": _mean(
+          [float(reveals_hint(e.first_observation, e.hint)) for e in hinted]),
+      "curriculum/dropped_episodes": float(record.dropped_episodes),
+      "curriculum/memory_size": float(record.memory_size),
+      "agent/return_no_hint": _mean(returns["no_hint"]),
+      "agent/return_hint": _mean(returns["hint"]),
+      "agent/win_rate_no_hint": _nan_if_none(record.mean_win_rate("no_hint")),
+      "agent/win_rate_hint": _nan_if_none(record.mean_win_rate("hint")),
+      "designer/samples": float(record.designer_samples),
+      "designer/reward_mean": _mean(record.designer_rewards),
+  }
+  if record.valid_rate is not None:
+    out["curriculum/valid_rate"] = record.valid_rate
+  out.update({f"train/{k}": float(v) for k, v in train.items()})
+  out.update({f"time/{k}": float(v) for k, v in record.timings.items()})
+  return out

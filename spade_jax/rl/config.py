@@ -1,0 +1,106 @@
+"""GRPO trainer settings: one frozen struct read from `config.rl`, checked once at start.
+
+`RLConfig.from_config(config.rl)` accepts an `ml_collections.ConfigDict` or a plain
+mapping. Missing fields take the defaults below; unknown fields and bad values raise a
+`ValueError` naming the field, so a typo in a launch override fails before anything
+compiles.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from spade_jax.rl.advantages import ADVANTAGE_ESTIMATORS
+from spade_jax.rl.aggregation import AGGREGATIONS
+from spade_jax.rl.kl import KL_ESTIMATORS
+
+SCHEDULES = ("constant", "cosine")
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+  """Optimiser, GRPO loss and batching settings of the trainer."""
+
+  # Optimiser: AdamW with linear warmup, then cosine decay to 0 at total_steps or constant.
+  learning_rate: float = 1e-6
+  warmup_steps: int = 0
+  schedule: str = "constant"
+  total_steps: int = 1000  # decay horizon of the cosine schedule
+  weight_decay: float = 0.0
+  grad_clip_norm: float = 1.0  # 0 disables clipping
+  adam_b1: float = 0.9
+  adam_b2: float = 0.999
+  adam_eps: float = 1e-8
+  # Loss: clipped importance ratio (clip-higher) plus beta * KL to the frozen reference.
+  beta: float = 0.0  # 0 = no reference model, no reference forward
+  kl_estimator: str = "k3"
+  clip_low: float = 0.2  # ratio lower bound 1 - clip_low
+  clip_high: float = 0.28  # ratio upper bound 1 + clip_high
+  loss_agg: str = "token_mean"
+  # Advantages: normalised within each (role, group); then scaled by the role's weight.
+  adv_estimator: str = "grpo"
+  adv_std_bessel: bool = False
+  adv_eps: float = 1e-6
+  agent_weight: float = 1.0
+  designer_weight: float = 1.0
+  # Batching and numerics.
+  micro_batch_size: int = 0  # rows per gradient-accumulation micro-batch; 0 = whole batch
+  logprob_chunk: int = 128  # sequence positions per log-softmax chunk (bounds [B, C, V])
+  temperature: float = 1.0  # the engine's sampling temperature; logits are divided by it
+
+  def __post_init__(self):
+    for name, options in (("schedule", SCHEDULES), ("kl_estimator", tuple(KL_ESTIMATORS)),
+                          ("loss_agg", tuple(AGGREGATIONS)),
+                          ("adv_estimator", tuple(ADVANTAGE_ESTIMATORS))):
+      if getattr(self, name) not in options:
+        raise ValueError(f"config.rl.{name}={getattr(self, name)!r}; expected one of {options}")
+    _check(self.learning_rate > 0, "learning_rate", "> 0", self.learning_rate)
+    _check(self.warmup_steps >= 0, "warmup_steps", ">= 0", self.warmup_steps)
+    _check(self.total_steps > 0, "total_steps", "> 0", self.total_steps)
+    if self.schedule == "cosine":
+      _check(self.total_steps > self.warmup_steps, "total_steps", "> warmup_steps for cosine",
+             self.total_steps)
+    for name in ("weight_decay", "grad_clip_norm", "beta", "clip_high", "agent_weight",
+                 "designer_weight"):
+      _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
+    _check(0 <= self.clip_low < 1, "clip_low", "in [0, 1)", self.clip_low)
+    _check(self.adv_eps > 0, "adv_eps", "> 0", self.adv_eps)
+    _check(self.micro_batch_size >= 0, "micro_batch_size", ">= 0 (0 = whole batch)",
+           self.micro_batch_size)
+    _check(self.logprob_chunk > 0, "logprob_chunk", "> 0", self.logprob_chunk)
+    _check(self.temperature > 0, "temperature", "> 0 (greedy rollouts have no log-probs)",
+           self.temperature)
+    for name in ("adam_b1", "adam_b2"):
+      _check(0 <= getattr(self, name) < 1, name, "in [0, 1)", getattr(self, name))
+    _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
+
+  @classmethod
+  def from_config(cls, rl: Mapping[str, Any] | Any) -> RLConfig:
+    """Builds the struct from `config.rl` (ConfigDict or mapping); unknown keys raise."""
+    values = dict(rl.to_dict() if hasattr(rl, "to_dict") else rl)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - set(fields))
+    if unknown:
+      raise ValueError(f"unknown config.rl field(s) {unknown}; known: {sorted(fields)}")
+    typed = {}
+    for name, value in values.items():
+      default = fields[name].default
+      if isinstance(default, bool):
+        if not isinstance(value, bool):
+          raise ValueError(f"config.rl.{name}={value!r}; expected a bool")
+      elif isinstance(default, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+          raise ValueError(f"config.rl.{name}={value!r}; expected a number")
+        if isinstance(default, int) and value != int(value):
+          raise ValueError(f"config.rl.{name}={value!r}; expected an integer")
+        value = type(default)(value)
+      typed[name] = value
+    return cls(**typed)
+
+
+def _check(ok: bool, name: str, expected: str, value: Any) -> None:
+  if not ok or (isinstance(value, float) and not math.isfinite(value)):
+    raise ValueError(f"config.rl.{name}={value!r}; expected {expected}")

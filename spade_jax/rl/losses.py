@@ -1,0 +1,85 @@
+"""Token log-probs from the model and the per-token GRPO loss.
+
+Conventions: `logp[b, t]` is log pi(tokens[b, t] | tokens[b, :t]), so column 0 (no
+context) is 0 and never carries loss. Only tokens with loss_mask == 1 (sampled by the
+policy) contribute; everything is selected with `jnp.where`, never multiplied by the
+mask, so the gradient reaching a masked token is exactly zero and garbage in the
+behaviour log-probs of masked tokens cannot leak in as NaN.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from spade_jax.rl.config import RLConfig
+from spade_jax.rl.kl import KL_ESTIMATORS
+
+# exp() of a larger log importance ratio would overflow; the clipped objective makes the
+# gradient of such tokens zero anyway except for negative advantages (see docs/rl.md).
+LOG_RATIO_BOUND = 20.0
+
+
+def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk: int,
+                   temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
+  """Returns (logp [B, T], entropy [B, T]) of each token given its prefix.
+
+  The vocabulary projection runs over `chunk` positions at a time inside a rematerialised
+  loop, so neither the forward nor the backward pass holds a [B, T, V] float32 array:
+  only [B, chunk, V] lives at once, and the backward recomputes it from the hidden state.
+  """
+  h = model.hidden(tokens, attention_mask=attention_mask)  # [B, T, D]
+  b, t, d = h.shape
+  n = t - 1  # positions that predict a next token
+  num_chunks = -(-n // chunk)
+  size = min(chunk, n)
+  pad = num_chunks * size - n
+  h_prev = jnp.pad(h[:, :-1], ((0, 0), (0, pad), (0, 0)))  # [B, n + pad, D]
+  targets = jnp.pad(tokens[:, 1:], ((0, 0), (0, pad)))  # [B, n + pad]
+  h_chunks = h_prev.reshape(b, num_chunks, size, d).swapaxes(0, 1)  # [N, B, C, D]
+  t_chunks = targets.reshape(b, num_chunks, size).swapaxes(0, 1)  # [N, B, C]
+
+  @jax.checkpoint
+  def one_chunk(args):
+    hc, tc = args
+    logits = model.logits_from_hidden(hc).astype(jnp.float32) / temperature  # [B, C, V]
+    logz = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
+    picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]  # [B, C]
+    probs = jax.lax.stop_gradient(jnp.exp(logits - logz[..., None]))
+    entropy = logz - jnp.sum(probs * logits, axis=-1)  # [B, C]
+    return picked - logz, jax.lax.stop_gradient(entropy)
+
+  logp, entropy = jax.lax.map(one_chunk, (h_chunks, t_chunks))  # [N, B, C] each
+  logp = logp.swapaxes(0, 1).reshape(b, -1)[:, :n]
+  entropy = entropy.swapaxes(0, 1).reshape(b, -1)[:, :n]
+  zero = jnp.zeros((b, 1), jnp.float32)
+  return jnp.concatenate([zero, logp], axis=1), jnp.concatenate([zero, entropy], axis=1)
+
+
+def grpo_token_loss(logp: jax.Array, behaviour_logp: jax.Array, ref_logp: jax.Array | None,
+                    advantages: jax.Array, loss_mask: jax.Array, cfg: RLConfig,
+                    ) -> tuple[jax.Array, dict[str, jax.Array]]:
+  """Per-token clipped-ratio loss plus beta * KL; zero off the loss mask.
+
+  loss_t = max(-A * r_t, -A * clip(r_t, 1 - clip_low, 1 + clip_high)) + beta * KL_t,
+  r_t = exp(logp_t - behaviour_logp_t). Returns the loss [B, T] and per-token terms
+  (kl, clipped, gap) that the step turns into metrics.
+  """
+  mask = loss_mask > 0  # [B, T]
+  log_ratio = jnp.where(mask, logp - behaviour_logp, 0.0)
+  ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+  adv = advantages[:, None]  # [B, 1]
+  unclipped = -adv * ratio
+  clipped = -adv * jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
+  per_token = jnp.maximum(unclipped, clipped)
+  if cfg.beta > 0:
+    kl = jnp.where(mask, KL_ESTIMATORS[cfg.kl_estimator](logp, ref_logp), 0.0)
+    per_token = per_token + cfg.beta * kl
+  else:
+    kl = jnp.zeros_like(logp)
+  terms = {
+      "kl": kl,
+      "clipped": (mask & (clipped > unclipped)).astype(jnp.float32),
+      "gap": jnp.where(mask, jnp.abs(behaviour_logp - logp), 0.0),
+  }
+  return jnp.where(mask, per_token, 0.0), terms

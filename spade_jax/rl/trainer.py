@@ -1,0 +1,181 @@
+"""The GRPO Trainer: owns the policy's parameters, optimiser state and checkpoints.
+
+    trainer = Trainer(config.rl, model, mesh)          # or Trainer.from_config(config, ...)
+    metrics = trainer.train_step(batch)                # batch: rl.batch.TrainBatch
+    engine.load_weights(trainer.params)                # before the next rollout
+
+`trainer.policy` is the model it was given: each step writes the new parameters back into
+it (`nnx.update`), so a colocated engine that samples from `trainer.policy` or from
+`trainer.params` uses the same device buffers, never a copy. The update donates the old
+parameter buffers, so anything holding the previous `trainer.params` must take the new
+ones (`engine.load_weights(trainer.params)`) before it samples again.
+
+The reference policy (only when beta > 0) is a frozen copy of the parameters the Trainer
+was constructed with. To resume, build the same initial model (same checkpoint or seed)
+and call `restore()`: it replaces the policy, optimiser state, step and RNG, while the
+reference stays the initial model, exactly as in the uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from spade_jax.model.load import write_model_config
+from spade_jax.model.sharding import state_shardings
+from spade_jax.rl.advantages import compute_advantages
+from spade_jax.rl.aggregation import token_weights
+from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
+from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
+from spade_jax.rl.config import RLConfig
+from spade_jax.rl.optim import learning_rate_schedule, make_optimizer
+from spade_jax.rl.step_inputs import BATCH_AXES, prepare_batch
+from spade_jax.rl.train_step import train_step
+
+
+class Trainer:
+  """GRPO updates of one policy; see the module docstring for the weight-sharing contract."""
+
+  def __init__(self, rl: RLConfig | Any, model: nnx.Module, mesh: Mesh | None = None, *,
+               seed: int = 0, checkpoints: CheckpointManager | None = None):
+    self.cfg = rl if isinstance(rl, RLConfig) else RLConfig.from_config(rl)
+    self.policy = model
+    self.mesh = mesh
+    self.checkpoints = checkpoints
+    if checkpoints is not None:  # makes every checkpoint loadable by model.load.load_model
+      write_model_config(checkpoints.directory, model.cfg)
+    self.step = 0
+    self._rng = jax.random.key_data(jax.random.key(seed))
+    self._schedule = learning_rate_schedule(self.cfg)
+    graphdef, params, self._rest = nnx.split(model, nnx.Param, ...)
+    self._dp = 1
+    if mesh is not None:
+      params = jax.device_put(params, state_shardings(params, mesh))
+      nnx.update(model, params)
+      self._dp = int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
+    if self.cfg.micro_batch_size % self._dp:
+      raise ValueError(f"config.rl.micro_batch_size={self.cfg.micro_batch_size} must be a "
+                       f"multiple of the mesh's data x fsdp size {self._dp}")
+    key = (graphdef, self.cfg, mesh)
+    if key not in _COMPILED:
+      _COMPILED[key] = _compile(graphdef, self.cfg, mesh, params, self._rest)
+    self._fns = _COMPILED[key]
+    with self._mesh_ctx():
+      self.opt_state = self._fns.init(params)
+      # The reference is a separate frozen copy (the policy's buffers are donated each step).
+      self.ref_params = self._fns.copy(params) if self.cfg.beta > 0 else None
+
+  @classmethod
+  def from_config(cls, config: Any, model: nnx.Module, mesh: Mesh | None = None,
+                  workdir: str | os.PathLike | None = None) -> Trainer:
+    """Reads config.rl, config.seed and config.train.{checkpoint_every, keep_checkpoints}."""
+    checkpoints = None
+    if workdir is not None:
+      checkpoints = CheckpointManager(
+          os.path.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
+          keep=int(config.train.keep_checkpoints))
+    return cls(config.rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
+
+  @property
+  def params(self) -> nnx.State:
+    """The policy's current parameter state (live device buffers, no copy)."""
+    return nnx.state(self.policy, nnx.Param)
+
+  def next_rng(self) -> jax.Array:
+    """A fresh PRNG key for the caller (e.g. rollout seeds); the state is checkpointed."""
+    key, sub = jax.random.split(jax.random.wrap_key_data(self._rng))
+    self._rng = jax.random.key_data(key)
+    return sub
+
+  def train_step(self, batch: TrainBatch) -> dict[str, float]:
+    """One GRPO update on `batch`; returns scalar metrics (loss, kl, clip_fraction, ...)."""
+    adv, stats = compute_advantages(
+        batch.rewards, batch.group_ids, batch.roles, estimator=self.cfg.adv_estimator,
+        bessel=self.cfg.adv_std_bessel, eps=self.cfg.adv_eps,
+        role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight})
+    weights = token_weights(batch.loss_mask, self.cfg.loss_agg)
+    arrays = prepare_batch(batch, adv, weights, micro_batch_size=self.cfg.micro_batch_size,
+                           multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size)
+    with self._mesh_ctx():
+      if self.mesh is not None:
+        arrays = jax.device_put(arrays, self._fns.batch_sharding)
+      params, self.opt_state, metrics = self._fns.step(
+          self.params, self.opt_state, self.ref_params, self._rest, arrays)
+    nnx.update(self.policy, params)
+    metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    metrics["learning_rate"] = float(self._schedule(self.step))
+    self.step += 1
+    return {**metrics, **stats}
+
+  def maybe_save(self, host_state: dict | None = None, *, force: bool = False) -> bool:
+    """Saves (async) at the current step if the interval says so; needs a manager."""
+    if self.checkpoints is None:
+      raise ValueError("Trainer has no CheckpointManager (pass checkpoints= or a workdir)")
+    return self.checkpoints.save(self.step, self.params, self.opt_state, self._rng,
+                                 host_state, force=force)
+
+  def restore(self) -> dict | None:
+    """Resumes from the newest restorable checkpoint; returns its host state (None: fresh)."""
+    if self.checkpoints is None:
+      raise ValueError("Trainer has no CheckpointManager (pass checkpoints= or a workdir)")
+    restored = self.checkpoints.restore_latest(abstract_like(self.params),
+                                               abstract_like(self.opt_state))
+    if restored is None:
+      return None
+    nnx.update(self.policy, restored.params)
+    self.opt_state = restored.opt_state
+    self.step = restored.step
+    if restored.rng is not None:
+      self._rng = jnp.asarray(restored.rng)
+    return restored.host_state
+
+  def close(self) -> None:
+    """Waits for pending checkpoint writes."""
+    if self.checkpoints is not None:
+      self.checkpoints.close()
+
+  def _mesh_ctx(self):
+    return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
+
+
+class _Fns(NamedTuple):
+  """The jitted functions of one (model structure, RL config, mesh)."""
+  init: Callable  # params -> optimiser state
+  copy: Callable  # params -> a separate copy (the reference)
+  step: Callable  # train_step with params and opt_state donated
+  batch_sharding: Any
+
+
+# Trainers of the same model structure, config and mesh (e.g. a resumed run) share
+# compiled steps instead of compiling again.
+_COMPILED: dict[tuple, _Fns] = {}
+
+
+def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
+  tx = make_optimizer(cfg)
+  step_fn = functools.partial(train_step, graphdef=graphdef, tx=tx, cfg=cfg)
+  copy = functools.partial(jax.tree.map, jnp.copy)
+  if mesh is None:
+    return _Fns(jax.jit(tx.init), jax.jit(copy), jax.jit(step_fn, donate_argnums=(0, 1)), None)
+  replicated = NamedSharding(mesh, PartitionSpec())
+  batch_axes = tuple(a for a in BATCH_AXES if mesh.shape.get(a, 1) > 1)
+  batch_sh = NamedSharding(mesh, PartitionSpec(None, batch_axes or None))
+  param_sh = jax.tree.map(lambda x: x.sharding, params)
+  opt_sh = optax.tree_map_params(tx, lambda _, sh: sh, jax.eval_shape(tx.init, params), param_sh,
+                                 transform_non_params=lambda _: replicated)
+  step = jax.jit(step_fn, donate_argnums=(0, 1),
+                 in_shardings=(param_sh, opt_sh, param_sh if cfg.beta > 0 else None,
+                               jax.tree.map(lambda x: x.sharding, rest), batch_sh),
+                 out_shardings=(param_sh, opt_sh, replicated))
+  return _Fns(jax.jit(tx.init, out_shardings=opt_sh), jax.jit(copy, out_shardings=param_sh),
+              step, batch_sh)

@@ -1,0 +1,241 @@
+"""`SelfPlayLoop`: one SPADE training step at a time (docs/selfplay.md has the full story).
+
+A step t (numbered from 1, like the trainer's update count and the checkpoints):
+  1. on a refresh step ((t - 1) % k == 0): score the designer samples of the closing window
+     (delayed reward), then build the next window's environment set: designer prompts
+     (corpus passage, memory sample, target category) -> engine -> parse -> sandbox
+     validation; replays from memory fill the budget when `fill_from_memory` is on. In
+     `fixed_envs` mode the set is drawn from the seed library and no designer runs.
+  2. the agent plays every active environment G times without and G times with the hint;
+  3. one GRPO update on the step's agent samples plus the designer samples that came due;
+     the engine then samples from the new weights;
+  4. every played environment is upserted into the memory with its window's statistics.
+It returns a `StepRecord` for the metrics writer. All randomness is derived from
+(seed, step, purpose), so `state_dict()` (memory, curriculum, corpus position, step) is all
+a resumed run needs besides the trainer's own checkpoint; `state_dict()["step"]` is the
+number of completed steps, and the next `step()` runs step `state_dict()["step"] + 1`.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from spade_jax.selfplay import batching, designer, regret
+from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.episodes import Episode, EpisodeSettings, EpisodeSpec, play_episodes
+from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
+from spade_jax.selfplay.record import ARMS, EnvReport, StepRecord
+from spade_jax.selfplay.schedule import ActiveEnv, Curriculum, PendingDesign, split_budget
+from spade_jax.selfplay.seeding import derive_rng, derive_seed
+from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.timing import Timings
+
+
+@dataclasses.dataclass
+class _Refresh:
+  envs: list[ActiveEnv]
+  designs: list[PendingDesign]
+  requests: int = 0
+  valid: int = 0
+  invalid_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
+class SelfPlayLoop:
+  """Runs self-play steps with injected engine, sandbox pool, tokenizer and trainer.
+
+  `trainer` needs `train_step(TrainBatch) -> dict[str, float]` and `params` (what the engine
+  loads after each update). `corpus` needs `take(n)` of passages with `.doc_id` / `.text`
+  and `get_state()` / `set_state()`. `library` holds the seed environments as memory
+  entries (origin "seed"): the initial memory and the fixed-environment set.
+  """
+
+  def __init__(self, settings: SelfPlaySettings, *, engine, pool, tokenizer, trainer,
+               corpus, library: Sequence[MemoryEntry], memory: EnvMemory | None = None):
+    self.settings = settings
+    self.engine, self.pool, self.trainer, self.corpus = engine, pool, trainer, corpus
+    self.tokenizer = tokenizer
+    self.formatter = ChatFormatter(tokenizer)
+    self.library = [e for e in library if e.category in settings.skills]
+    if settings.fixed_envs and not self.library:
+      raise ValueError(f"fixed_envs needs seed environments in the skills {settings.skills}")
+    self.memory = memory if memory is not None else EnvMemory(
+        settings.memory_capacity, [dataclasses.replace(e) for e in self.library])
+    self.curriculum = Curriculum(settings.k)
+    self.reward_fn = regret.get_designer_reward(settings.designer_reward)
+    stops = tuple(tokenizer.stop_ids)
+    self.designer_params = dataclasses.replace(settings.designer_sampling, stop_token_ids=stops)
+    self.agent_params = dataclasses.replace(settings.agent_sampling, stop_token_ids=stops)
+    self.step_index = 0  # completed steps
+
+  # ----------------------------------------------------------------------- checkpoints
+  def state_dict(self) -> dict[str, Any]:
+    """JSON-ready host state: step, memory, curriculum window and corpus position."""
+    return {"step": self.step_index, "memory": self.memory.to_state(),
+            "curriculum": self.curriculum.to_state(),
+            "corpus": self.corpus.get_state() if self.corpus is not None else None}
+
+  def load_state_dict(self, state: dict[str, Any]) -> None:
+    self.step_index = int(state["step"])
+    self.memory = EnvMemory.from_state(state["memory"])
+    self.curriculum = Curriculum.from_state(state["curriculum"], self.settings.k)
+    if self.corpus is not None and state.get("corpus") is not None:
+      self.corpus.set_state(state["corpus"])
+
+  # ------------------------------------------------------------------------- the step
+  def step(self) -> StepRecord:
+    t, s = self.step_index + 1, self.settings
+    timings = Timings()
+    start = time.perf_counter()
+    refresh = _Refresh([], [])
+    scored = []
+    refreshed = self.curriculum.is_refresh(t)
+    if refreshed:
+      scored = self.curriculum.close_window(t, self.reward_fn, s.invalid_designer_reward)
+      refresh = self._refresh(t, timings)
+      self.curriculum.open_window(t, refresh.envs, refresh.designs if s.train_designer else [])
+    episodes = self._play(t, timings)
+    reports = self._record_play(episodes)
+    samples = batching.agent_samples(episodes, t, s.train_agent_on_hint_arm)
+    n_agent = len(samples)
+    samples += batching.designer_samples(scored) if s.train_designer else []
+    train_metrics: dict[str, float] = {}
+    if samples:
+      with timings.phase("train_s"):
+        train_metrics = self.trainer.train_step(
+            batching.build_train_batch(samples, self.tokenizer.pad_id))
+        self.engine.load_weights(self.trainer.params)
+    self._update_memory(t)
+    self.step_index = t
+    times = {"generate_s": 0.0, "sandbox_s": 0.0, "train_s": 0.0, **timings.as_dict(),
+             "step_s": time.perf_counter() - start}
+    active = self.curriculum.active
+    return StepRecord(
+        step=t, refreshed=refreshed, num_envs=s.num_envs,
+        designer_requests=refresh.requests, designer_valid=refresh.valid,
+        designer_invalid_reasons=refresh.invalid_reasons,
+        designed_envs=sum(e.origin == "designed" for e in active),
+        replayed_envs=sum(e.origin != "designed" for e in active), envs=reports,
+        agent_samples=n_agent, designer_samples=len(samples) - n_agent,
+        designer_rewards=[x.reward for x in scored if x.reward is not None] if s.train_designer
+        else [], dropped_episodes=sum(e.dropped for e in episodes),
+        train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory))
+
+  # ------------------------------------------------------------------------- refresh
+  def _categories(self, t: int) -> list[str]:
+    s = self.settings
+    picked = derive_rng(s.seed, "categories", t).choice(
+        len(s.skills), size=s.categories_per_step, replace=False)
+    return [s.skills[i] for i in sorted(picked)]
+
+  def _refresh(self, t: int, timings: Timings) -> _Refresh:
+    s = self.settings
+    if s.fixed_envs:
+      return _Refresh(self._fixed_envs(t), [])
+    slots = split_budget(s.num_envs, self._categories(t))
+    passages = self.corpus.take(len(slots)) if s.use_corpus else [None] * len(slots)
+    requests = []
+    for i, (category, passage) in enumerate(zip(slots, passages, strict=True)):
+      memory = ()
+      if s.use_memory and s.memory_sample_size:
+        rng = derive_rng(s.seed, "memory", t, i)
+        memory = tuple(e.view() for e in self.memory.sample(s.memory_sample_size, rng,
+                                                            categories=[category]))
+      requests.append(designer.DesignRequest(
+          i, category, passage.doc_id if passage else None, passage.text if passage else None,
+          memory))
+    params = dataclasses.replace(self.designer_params, seed=derive_seed(s.seed, "designer", t))
+    samples = designer.generate_designs(
+        self.engine, self.pool, self.formatter, requests, params, setting=s.setting, step=t,
+        timings=timings, max_prompt_tokens=s.max_prompt_tokens(params), reward=s.designer_reward)
+    out = _Refresh([], [], requests=len(samples))
+    for d in samples:
+      uid = f"d{t}.{d.index}" if d.valid else None
+      if d.valid:
+        out.envs.append(ActiveEnv(uid, "designed", d.category, d.source, d.hint, d.max_turns, t))
+      out.designs.append(PendingDesign(t, t + s.k, d.index, d.category,
+                                       d.prompt_ids + d.output_ids, len(d.prompt_ids),
+                                       list(d.logprobs), uid, d.error))
+    out.valid = len(out.envs)
+    out.invalid_reasons = dict(collections.Counter(d.error for d in samples if not d.valid))
+    missing = s.num_envs - out.valid
+    if s.fill_from_memory and missing > 0:
+      wanted = sorted({d.category for d in samples if not d.valid})
+      rng = derive_rng(s.seed, "replay", t)
+      for e in self.memory.sample(missing, rng, categories=wanted):
+        out.envs.append(ActiveEnv(e.uid, "replayed", e.category, e.source, e.hint,
+                                  e.max_turns, t))
+    return out
+
+  def _fixed_envs(self, t: int) -> list[ActiveEnv]:
+    """Fixed-environment GRPO: walk a seeded permutation of the seed library."""
+    s, lib = self.settings, self.library
+    order = derive_rng(s.seed, "fixed").permutation(len(lib))
+    n = min(s.num_envs, len(lib))
+    first = ((t - 1) // s.k) * n
+    picked = [lib[order[(first + i) % len(lib)]] for i in range(n)]
+    return [ActiveEnv(e.uid, "fixed", e.category, e.source, e.hint, e.max_turns, t)
+            for e in picked]
+
+  # ---------------------------------------------------------------------------- play
+  def _play(self, t: int, timings: Timings) -> list[Episode]:
+    s = self.settings
+    specs = []
+    for env in self.curriculum.active:
+      cap = min(s.max_turns, env.max_turns) if env.max_turns else s.max_turns
+      for arm in ARMS:
+        for g in range(s.group_size):
+          specs.append(EpisodeSpec(
+              key=(t, env.uid, arm, g), env_uid=env.uid, arm=arm, source=env.source,
+              hint=env.hint if arm == "hint" else None,
+              seed=derive_seed(s.seed, "reset", t, env.uid, arm, g),
+              sample_seed=derive_seed(s.seed, "sample", t, env.uid, arm, g), max_turns=cap))
+    if not specs:
+      return []
+    settings = EpisodeSettings(s.action_format, self.agent_params,
+                               s.max_prompt_tokens(self.agent_params))
+    return play_episodes(self.engine, self.pool, self.formatter, specs, settings, timings)
+
+  def _record_play(self, episodes: list[Episode]) -> list[EnvReport]:
+    """Adds the step's returns to each active environment's window; builds the reports."""
+    by_env: dict[str, dict[str, list[Episode]]] = collections.defaultdict(
+        lambda: {arm: [] for arm in ARMS})
+    for ep in episodes:
+      by_env[ep.spec.env_uid][ep.spec.arm].append(ep)
+    reports = []
+    for env in self.curriculum.active:
+      arms = by_env[env.uid]
+      kept = {arm: [e for e in arms[arm] if not e.dropped] for arm in ARMS}
+      returns = {arm: [e.episode_return for e in kept[arm]] for arm in ARMS}
+      env.returns.add_step(returns["no_hint"], returns["hint"])
+      win = {arm: regret.mean(returns[arm]) for arm in ARMS}
+      first = next((e.first_observation for arm in ARMS for e in kept[arm]
+                    if e.first_observation), "")
+      reports.append(EnvReport(
+          uid=env.uid, origin=env.origin, category=env.category, source=env.source,
+          hint=env.hint, first_observation=first, returns=returns,
+          step_rewards={arm: [r for e in kept[arm] for r in e.rewards] for arm in ARMS},
+          win_rate=win,
+          regret=None if None in win.values() else win["hint"] - win["no_hint"],
+          dropped_episodes=sum(e.dropped for arm in ARMS for e in arms[arm]),
+          transcript={arm: next((e.transcript() for e in kept[arm] if e.messages), "")
+                      for arm in ARMS}))
+    return reports
+
+  def _update_memory(self, t: int) -> None:
+    for env in self.curriculum.active:
+      stats = dict(win_rate_no_hint=env.returns.pooled_mean("no_hint"),
+                   win_rate_hint=env.returns.pooled_mean("hint"),
+                   regret=regret.hint_regret(env.returns), step=t)
+      if env.uid in self.memory:
+        entry = self.memory.get(env.uid)
+        self.memory.upsert(dataclasses.replace(entry, times_played=entry.times_played + 1,
+                                               **stats))
+      else:
+        self.memory.upsert(MemoryEntry(env.uid, env.source, env.hint, env.category,
+                                       origin="designed" if env.origin == "designed" else "seed",
+                                       max_turns=env.max_turns, times_played=1, **stats))
+

@@ -1,0 +1,125 @@
+"""`run(config, workdir)`: build every part of a SPADE run from the config, resume, and loop.
+
+Called by launch/tpu_run.py after the config has been validated, `jax.distributed`
+initialised and the mesh built (or builds the mesh itself). Builds, in order: the policy
+(preset + optional checkpoint), the tokenizer, the trainer (restoring the newest checkpoint
+of <workdir>/checkpoints: params, optimiser state, RNG and the loop's host state), the
+engine on the trainer's live parameters, the sandbox pool, the corpus, the seed library,
+the loop and the metrics logger. Then it runs steps until config.train.num_steps,
+checkpointing through the trainer, and always closes the sandbox workers.
+
+Every host runs the same loop on the same data: rollouts are global SPMD computations on
+the mesh, so the designer prompts (hence the corpus stream) must be identical on all hosts.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import jax
+from flax import nnx
+
+from spade_jax.selfplay.loop import SelfPlayLoop
+from spade_jax.selfplay.memory import MemoryEntry
+from spade_jax.selfplay.record import StepRecord
+from spade_jax.selfplay.settings import SelfPlaySettings
+
+
+def build_model(config: Any, mesh):
+  """The policy: the preset at random init (seeded), or the checkpoint's weights."""
+  from spade_jax.model import Qwen3, create_sharded, get_preset
+  from spade_jax.model.load import load_model
+  param_dtype, compute_dtype = str(config.model.param_dtype), str(config.model.compute_dtype)
+  if not config.model.checkpoint:
+    cfg = get_preset(config.model.preset).replace(param_dtype=param_dtype,
+                                                  compute_dtype=compute_dtype)
+    return create_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(int(config.seed))), mesh)
+  model = load_model(config.model.checkpoint, dtype=param_dtype, mesh=mesh)
+  if compute_dtype == param_dtype:
+    return model
+  # Compute dtype is static in the module graph: re-merge the loaded weights into a graph
+  # built for the requested compute dtype (no copy of the parameters).
+  cfg = model.cfg.replace(compute_dtype=compute_dtype)
+  graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
+  return nnx.merge(graphdef, nnx.state(model))
+
+
+def seed_entries(setting: str, skills) -> list[MemoryEntry]:
+  """The seed library of the setting as memory entries (uid "seed/<name>")."""
+  from spade_jax.envs.library import load_seed_library
+  return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
+          for s in load_seed_library(kind=setting, categories=skills)]
+
+
+def build_engine(config: Any, policy, mesh):
+  from spade_jax.engine.conversation import SlotConversationEngine
+  e = config.engine
+  return SlotConversationEngine(
+      policy, num_slots=int(e.num_slots), max_cache_len=int(e.max_cache_len),
+      prefill_buckets=tuple(int(b) for b in e.prefill_buckets),
+      decode_steps_per_poll=int(e.decode_steps_per_poll), mesh=mesh)
+
+
+def build_pool(config: Any):
+  from spade_jax.sandbox.pool import SandboxPool
+  sb = config.sandbox
+  return SandboxPool(num_workers=int(sb.num_workers), max_turns=int(config.selfplay.max_turns),
+                     reset_timeout_s=float(sb.reset_timeout_s),
+                     step_timeout_s=float(sb.step_timeout_s), memory_mb=int(sb.memory_mb),
+                     isolation=str(sb.isolation))
+
+
+def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
+  """Trains until config.train.num_steps; returns the last step's record (None if none ran).
+
+  `mesh` defaults to `make_mesh(config.mesh)`.
+  """
+  from spade_jax.metrics.logger import StepLogger
+  from spade_jax.model import make_mesh
+  from spade_jax.rl.trainer import Trainer
+  from spade_jax.selfplay.corpus import make_corpus
+  from spade_jax.tokenizer import load_tokenizer
+
+  workdir = os.fspath(workdir)
+  os.makedirs(workdir, exist_ok=True)
+  settings = SelfPlaySettings.from_config(config)
+  mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
+  tokenizer = load_tokenizer(config.tokenizer)
+  trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir)
+  host_state = trainer.restore()
+  engine = build_engine(config, trainer.policy, mesh)
+  engine.load_weights(trainer.params)
+  corpus = make_corpus(config.corpus, shard=(0, 1)) if settings.use_corpus else None
+  pool = build_pool(config)
+  logger = None
+  try:
+    loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
+                        trainer=trainer, corpus=corpus,
+                        library=seed_entries(settings.setting, settings.skills))
+    if host_state:
+      loop.load_state_dict(host_state)
+    num_steps, log_every = int(config.train.num_steps), int(config.train.log_every)
+    logger = StepLogger(workdir, num_steps,
+                        num_text_summaries=int(config.train.num_text_summaries),
+                        is_chief=jax.process_index() == 0)
+    print(f"self-play: starting at step {loop.step_index + 1} of {num_steps} "
+          f"(memory {len(loop.memory)} environments)", flush=True)
+    record = None
+    while loop.step_index < num_steps:
+      record = loop.step()
+      if not record.train_metrics:  # no valid environment and no designer sample came due
+        print(f"step {record.step}: no samples, no update (designer valid "
+              f"{record.designer_valid}/{record.designer_requests}, 0 environments)", flush=True)
+        continue
+      if record.step % log_every == 0 or record.step == num_steps:
+        logger.write(record)
+      # Checkpoints are named by the trainer's update count (== step unless a step had no
+      # update); the loop's own step is in the host state.
+      trainer.maybe_save(loop.state_dict(), force=record.step == num_steps)
+    return record
+  finally:
+    pool.close()
+    trainer.close()
+    if logger is not None:
+      logger.close()

@@ -1,0 +1,173 @@
+"""Continuous batching, multi-turn continuation, stops and logprobs of the slot engine."""
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import engine_testlib as lib  # noqa: E402
+
+from spade_jax.engine.api import Request, SamplingParams  # noqa: E402
+from spade_jax.engine.conversation import SlotConversationEngine  # noqa: E402
+from spade_jax.engine.core import Engine  # noqa: E402
+
+TOL = 1e-4  # fp32: cached decode vs one uncached forward
+CONFIG = dict(num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps_per_poll=4,
+              decode_widths=(2,), decode_lengths=())  # decode windows: 2 or 4 slots
+
+
+def detok(ids):
+  return "".join(f"<{t}>" for t in ids)
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+  return lib.write_checkpoint(tmp_path_factory.mktemp("dense"), "dense", seed=3)[1]
+
+
+@pytest.fixture(scope="module")
+def engine(model):
+  return SlotConversationEngine(model, detokenize=detok, **CONFIG)
+
+
+def run(engine, requests):
+  for r in requests:
+    engine.submit(r)
+  out = {}
+  while engine.pending():
+    for c in engine.poll():
+      assert c.conversation_id not in out
+      out[c.conversation_id] = c
+  return out
+
+
+def prompt(n, offset=0):
+  return [(7 * i + offset) % lib.VOCAB for i in range(1, n + 1)]
+
+
+def test_logprobs_are_under_the_sampled_distribution(engine, model):
+  """Cached prefill (two chunks: 20 > bucket 16) + decode == one uncached forward."""
+  graphdef, state = nnx.split(model)
+  forward = jax.jit(lambda st, ids: nnx.merge(graphdef, st)(ids))
+  p = prompt(20)
+  cases = {"t1": SamplingParams(10, temperature=1.0, seed=1),
+           "greedy": SamplingParams(10, temperature=0.0),
+           "topk": SamplingParams(10, temperature=0.7, top_k=5, seed=2)}
+  got = run(engine, [Request(name, p, sp) for name, sp in cases.items()])
+  for name in cases:
+    c = got[name]
+    ids = np.array([p + c.tokens[:-1]])
+    logits = np.asarray(forward(state, ids))[0, len(p) - 1:]  # [10, V]
+    if name == "topk":
+      kept = np.argsort(-logits, axis=-1)[:, :5]
+      assert all(t in k for t, k in zip(c.tokens, kept, strict=True))
+      z = logits / 0.7
+      masked = np.full_like(z, -np.inf)
+      np.put_along_axis(masked, kept, np.take_along_axis(z, kept, -1), -1)
+      expected = lib.log_softmax(masked)
+    else:
+      expected = lib.log_softmax(logits)
+    np.testing.assert_allclose(c.logprobs, expected[np.arange(10), c.tokens], atol=TOL, rtol=0)
+    if name == "greedy":
+      assert c.tokens == logits.argmax(-1).tolist()
+  for name in cases:
+    engine.release(name)
+
+
+def test_multi_turn_continuation_equals_reprefilling(engine):
+  sp = SamplingParams(8, temperature=1.0, seed=5)
+  first = run(engine, [Request("conv", prompt(10), sp)])["conv"]
+  second = run(engine, [Request("conv", [5, 6, 7, 8, 9], sp)])["conv"]
+  history = engine.conversation_tokens("conv")
+  assert history == tuple(prompt(10) + first.tokens + [5, 6, 7, 8, 9] + second.tokens)
+  again = run(engine, [Request("fresh", history[:-8], sp)])["fresh"]
+  assert again.tokens == second.tokens
+  np.testing.assert_allclose(again.logprobs, second.logprobs, atol=TOL, rtol=0)
+  engine.release("conv")
+  engine.release("fresh")
+
+
+def test_continuous_batching_gives_each_request_its_solo_tokens(engine):
+  """6 requests on 4 slots (queueing, eviction), greedy and seeded, two turns each."""
+  specs = [(3, 2, 0.0), (20, 13, 1.0), (9, 5, 0.8), (15, 9, 0.0), (4, 11, 1.0), (12, 3, 1.0)]
+  reqs = [Request(i, prompt(n, i), SamplingParams(m, temperature=t, top_p=0.9, seed=i))
+          for i, (n, m, t) in enumerate(specs)]
+  solo = {}
+  for r in reqs:
+    solo[r.conversation_id] = run(engine, [Request(("solo", r.conversation_id), r.new_token_ids,
+                                                   r.params)])[("solo", r.conversation_id)]
+    engine.release(("solo", r.conversation_id))
+  together = run(engine, reqs)
+  assert {i: c.tokens for i, c in together.items()} == {i: c.tokens for i, c in solo.items()}
+  assert [len(together[i].tokens) for i in range(6)] == [m for _, m, _ in specs]
+  # Second turn for all six at once; some caches were evicted and get re-prefilled.
+  turn2 = run(engine, [Request(r.conversation_id, [1, 2, 3], r.params) for r in reqs])
+  for r in reqs:
+    history = engine.conversation_tokens(r.conversation_id)
+    n = len(turn2[r.conversation_id].tokens)
+    ref = run(engine, [Request("ref", history[:-n], r.params)])["ref"]
+    engine.release("ref")
+    assert ref.tokens == turn2[r.conversation_id].tokens
+  for r in reqs:
+    engine.release(r.conversation_id)
+
+
+def test_stop_ids_and_stop_strings_end_at_the_right_token(engine):
+  p = prompt(6)
+  free = run(engine, [Request("free", p, SamplingParams(12, temperature=0.0))])["free"].tokens
+  stop_id = free[5]
+  stop_str = detok(free[3:5])
+  got = run(engine, [
+      Request("id", p, SamplingParams(12, temperature=0.0, stop_token_ids=(stop_id,))),
+      Request("str", p, SamplingParams(12, temperature=0.0, stop_strings=(stop_str,)))])
+  assert got["id"].tokens == free[:free.index(stop_id) + 1]
+  assert got["id"].finish_reason == "stop"
+  end = next(n for n in range(1, 13) if stop_str in detok(free[:n]))
+  assert got["str"].tokens == free[:end] and got["str"].finish_reason == "stop"
+  assert len(got["str"].logprobs) == end
+  # The conversation continues after the truncated reply exactly as if re-prefilled.
+  nxt = run(engine, [Request("str", [4], SamplingParams(5, temperature=0.0))])["str"]
+  ref = run(engine, [Request("ref", p + free[:end] + [4], SamplingParams(5, temperature=0.0))])
+  assert nxt.tokens == ref["ref"].tokens
+  for cid in ("free", "id", "str", "ref"):
+    engine.release(cid)
+
+
+def test_cache_full_and_load_weights(engine, model):
+  full = run(engine, [Request("full", prompt(60), SamplingParams(10, temperature=0.0))])["full"]
+  assert full.finish_reason == "cache_full" and len(full.tokens) == 4
+  again = run(engine, [Request("full", [1], SamplingParams(3, temperature=0.0))])["full"]
+  assert again.finish_reason == "cache_full" and again.tokens == []
+  engine.release("full")
+  original = nnx.state(model)
+  base = run(engine, [Request("w", prompt(5), SamplingParams(6, temperature=0.0))])["w"].tokens
+  engine.release("w")
+  engine.load_weights(jax.tree.map(lambda x: -x, original))
+  flipped = run(engine, [Request("w", prompt(5), SamplingParams(6, temperature=0.0))])["w"]
+  engine.release("w")
+  engine.load_weights(model)
+  back = run(engine, [Request("w", prompt(5), SamplingParams(6, temperature=0.0))])["w"].tokens
+  engine.release("w")
+  assert flipped.tokens != base and back == base
+
+
+def test_jetstream_prefill_insert_generate(engine, model):
+  """prefill -> insert into slot 2 -> generate blocks == the conversation engine's reply."""
+  p = prompt(11)
+  sp = SamplingParams(9, temperature=1.0, seed=4)
+  expected = run(engine, [Request("js", p, sp)])["js"]
+  engine.release("js")
+  core = Engine(model, num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps=4)
+  state = core.init_decode_state()
+  prefix = core.prefill(core.params, [p], [sp], [9])
+  state = core.insert(prefix, state, [2])
+  tokens = [int(prefix.token[0])]
+  active = np.array([False, False, True, False])
+  while len(tokens) < 9:
+    state, block = core.generate(core.params, state, active)
+    tokens += block.tokens[2][block.valid[2]].tolist()
+    assert not block.valid[[0, 1, 3]].any()
+  assert tokens == expected.tokens

@@ -1,0 +1,110 @@
+"""Config loading, `--config` path forms, overrides, locking and start-up validation."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from spade_jax import config_util
+
+sys.path.insert(0, os.fspath(config_util.REPO_ROOT / "launch"))
+import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
+
+
+def _parse(*args):
+  return tpu_run.parse_args(["tpu_run.py", *args])
+
+
+@pytest.mark.parametrize("arg", ["games.py", "games", "configs/games.py",
+                                 os.fspath(config_util.CONFIG_DIR / "games.py")])
+def test_config_path_forms(arg):
+  config, workdir, distributed = _parse("--config", arg)
+  assert config.selfplay.num_envs == 24 and config.selfplay.k == 4
+  assert workdir == os.path.join("runs", "games") and distributed == "auto"
+
+
+def test_overrides_and_workdir():
+  config, workdir, _ = _parse("--config=smoke.py", "--config.selfplay.k=3",
+                              "--config.rl.learning_rate=3e-4", "--config.mesh.fsdp=2",
+                              "--config.selfplay.skills=('deduction','planning')",
+                              "--workdir=/tmp/w")
+  assert config.selfplay.k == 3 and config.rl.learning_rate == 3e-4 and config.mesh.fsdp == 2
+  assert tuple(config.selfplay.skills) == ("deduction", "planning") and workdir == "/tmp/w"
+
+
+def test_typo_in_override_fails():
+  with pytest.raises(config_util.ConfigError, match="unknown config field.*selfplay.kk"):
+    _parse("--config=smoke.py", "--config.selfplay.kk=3")
+
+
+def test_locked_config_rejects_new_fields():
+  config, _, _ = _parse("--config=smoke.py")
+  with pytest.raises(AttributeError):
+    config.selfplay.new_field = 1
+
+
+def test_unknown_config_module_lists_available():
+  with pytest.raises(config_util.ConfigError, match="available configs.*smoke"):
+    _parse("--config=nope.py")
+
+
+@pytest.mark.parametrize("name", ["smoke", "games", "tool_use"])
+def test_shipped_configs_validate(name, tmp_path):
+  config, _, _ = _parse(f"--config={name}")
+  if config.model.checkpoint:  # the TPU configs point at a checkpoint dir on the TPU VM
+    config.model.checkpoint = config.tokenizer = os.fspath(tmp_path)
+  config_util.validate(config)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("selfplay.k=0", r"config.selfplay.k=0: expected an int >= 1"),
+    ("selfplay.group_size=1", r"config.selfplay.group_size=1: expected an int >= 2"),
+    ("model.preset=qwen9-1t", r"config.model.preset='qwen9-1t': expected one of"),
+    ("model.checkpoint=/no/such/ckpt", r"config.model.checkpoint='/no/such/ckpt': no such"),
+    ("tokenizer=./missing_tok", r"config.tokenizer='./missing_tok': no such"),
+    ("selfplay.categories_per_step=9", r"categories_per_step=9: expected <= len"),
+    ("selfplay.skills=('deduction','lookup')", r"skills=.*categories of the games setting"),
+    ("selfplay.designer_reward=novelty", r"designer_reward='novelty': expected one of"),
+    ("sampling.agent.temperature=0.7", r"sampling.agent.temperature=0.7: expected equal"),
+    ("rl.kl_estimator=k9", r"config.rl.kl_estimator='k9'"),
+    ("mesh.fsdp=0", r"config.mesh=.*sizes >= 1"),
+    ("selfplay.action_format=<a></a>", r"action_format='<a></a>': expected a string"),
+    ("corpus.paths=('/no/corpus/*.txt',)", r"corpus.paths: '/no/corpus/\*.txt' matches no"),
+    ("engine.prefill_buckets=(512, 8192)", r"prefill_buckets=.*<= engine.max_cache_len"),
+])
+def test_bad_values_fail_naming_the_field(override, message):
+  config, _, _ = _parse("--config=smoke.py", f"--config.{override}")
+  with pytest.raises(config_util.ConfigError, match=message):
+    config_util.validate(config)
+
+
+def test_hub_id_checkpoint_is_left_to_the_loader():
+  config, _, _ = _parse("--config=smoke.py", "--config.model.checkpoint=Qwen/Qwen3-0.6B")
+  config_util.validate(config)
+
+
+def test_command_line_exits_with_the_message():
+  proc = subprocess.run([sys.executable, os.fspath(config_util.REPO_ROOT / "launch/tpu_run.py"),
+                         "--config", "smoke.py", "--config.selfplay.k=0"],
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 1
+  assert "error: config.selfplay.k=0: expected an int >= 1" in proc.stderr
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({}, False), ({"TPU_WORKER_HOSTNAMES": "10.0.0.2"}, False),
+    ({"TPU_WORKER_HOSTNAMES": "10.0.0.2,10.0.0.3"}, True),
+    ({"JAX_COORDINATOR_ADDRESS": "10.0.0.2:1234"}, True)])
+def test_several_hosts_detection(monkeypatch, env, expected):
+  for name in ("TPU_WORKER_HOSTNAMES", "JAX_COORDINATOR_ADDRESS"):
+    monkeypatch.delenv(name, raising=False)
+  for name, value in env.items():
+    monkeypatch.setenv(name, value)
+  assert tpu_run._several_hosts() is expected  # pylint: disable=protected-access
+
+
+def test_mesh_that_does_not_fit_the_devices_fails_at_start(tmp_path):
+  config, _, _ = _parse("--config=smoke.py", "--config.mesh.fsdp=3")  # the session has 8
+  with pytest.raises(config_util.ConfigError, match=r"config.mesh: .*needs 3 devices"):
+    tpu_run.launch(config, os.fspath(tmp_path))

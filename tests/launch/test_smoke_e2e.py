@@ -1,0 +1,108 @@
+"""End to end: `python launch/tpu_run.py --config smoke.py` for two steps, then a resume.
+
+Real pieces throughout (tiny model, engine, sandbox pool, GRPO trainer, orbax checkpoints),
+run as `make smoke` runs them: a child process on one CPU device (the 8 fake devices of the
+test session are not inherited). Checks that every required TensorBoard tag is written, that
+a checkpoint exists, and that a second launch continues at step 3 with the memory the first
+one saved. Both launches share a persistent compilation cache, so the second one mostly
+reuses the first one's executables.
+"""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from spade_jax import config_util
+
+TPU_RUN = os.fspath(config_util.REPO_ROOT / "launch" / "tpu_run.py")
+REQUIRED_TAGS = (
+    "curriculum/valid_rate", "curriculum/designed_envs", "curriculum/replayed_envs",
+    "curriculum/learnable_share", "curriculum/regret_mean", "curriculum/diversity_vendi",
+    "curriculum/reward_levels", "curriculum/formula_reveal_rate", "agent/return_no_hint",
+    "agent/return_hint", "train/loss", "train/kl", "train/logprob_gap", "time/generate_s",
+    "time/sandbox_s", "time/train_s")
+
+
+def _scalars(workdir):
+  acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"tensors": 0})
+  acc.Reload()
+  return {tag: [e.step for e in acc.Tensors(tag)] for tag in acc.Tags()["tensors"]}
+
+
+def _latest_host_state(workdir):
+  steps = sorted(int(os.path.basename(p)) for p in glob.glob(f"{workdir}/checkpoints/*")
+                 if os.path.basename(p).isdigit())
+  assert steps, f"no checkpoint under {workdir}/checkpoints"
+  metas = glob.glob(f"{workdir}/checkpoints/{steps[-1]}/meta/*")
+  meta = json.loads(open(next(p for p in metas if not p.endswith(".orbax-checkpoint")),
+                         encoding="utf-8").read())
+  return steps[-1], meta["host_state"]
+
+
+def _memory(host_state):
+  return {e["uid"]: e for e in host_state["memory"]["entries"]}
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(tmp_path_factory):
+  workdir = os.fspath(tmp_path_factory.mktemp("smoke"))
+  corpus = tmp_path_factory.mktemp("corpus") / "passages.txt"
+  corpus.write_text("Ohm's law: V = I R.\n\nA lever balances when m1 d1 = m2 d2.\n")
+  # The smoke config, shrunk further so that three steps fit the test budget; k=4 keeps step 3
+  # inside the first window (no second generation, no designer update: `make smoke` and the
+  # self-play tests cover those).
+  overrides = [f"--config.corpus.paths=('{corpus}',)", "--config.selfplay.num_envs=2",
+               "--config.selfplay.k=4",
+               "--config.selfplay.max_turns=2", "--config.selfplay.memory.sample_size=0",
+               "--config.sampling.designer.max_new_tokens=16",
+               "--config.sampling.agent.max_new_tokens=8"]
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env.update(JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=os.path.join(workdir, "jax_cache"),
+             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+
+  def launch(num_steps):
+    proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",
+                           workdir, f"--config.train.num_steps={num_steps}", *overrides],
+                          env=env, capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+
+  launch(2)
+  first = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
+           "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read()}
+  launch(3)
+  second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
+            "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read()}
+  return first, second
+
+
+def test_every_tag_written_each_step(smoke_runs):
+  first, _ = smoke_runs
+  missing = [t for t in REQUIRED_TAGS if t not in first["scalars"]]
+  assert not missing, f"tags never written: {missing}"
+  for tag in REQUIRED_TAGS:
+    assert first["scalars"][tag] == [1, 2], tag
+  assert "envs/0" in first["scalars"] and "rollouts/no_hint" in first["scalars"]
+
+
+def test_checkpoint_and_log(smoke_runs):
+  first, _ = smoke_runs
+  step, host_state = first["checkpoint"]
+  assert step == 2 and host_state["step"] == 2
+  lines = first["log"].splitlines()
+  assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
+  assert "designed" in lines[0] and "replayed" in lines[0]
+
+
+def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
+  first, second = smoke_runs
+  assert second["scalars"]["train/loss"] == [1, 2, 3]  # step 3 only was added
+  assert second["log"].splitlines()[-1].startswith("step 3/3")
+  saved, resumed = _memory(first["checkpoint"][1]), _memory(second["checkpoint"][1])
+  assert set(saved) <= set(resumed)
+  for uid, entry in saved.items():  # a fresh memory would have restarted these counts
+    assert resumed[uid]["times_played"] >= entry["times_played"], uid

@@ -1,0 +1,101 @@
+"""Only policy-sampled tokens carry loss: masked tokens get exactly zero gradient."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from spade_jax.model import Qwen3, get_preset
+from spade_jax.rl.aggregation import token_weights
+from spade_jax.rl.config import RLConfig
+from spade_jax.rl.losses import grpo_token_loss, token_logprobs
+from spade_jax.rl.train_step import _micro_loss
+
+CFG = RLConfig(beta=0.1, kl_estimator="k3", logprob_chunk=5)
+
+
+@pytest.fixture(scope="module")
+def model():
+  return Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0))
+
+
+def _episode(seed):
+  """Two rows of prompt / action / observation / action / trailing observation / pad."""
+  rng = np.random.default_rng(seed)
+  tokens = rng.integers(1, 1024, (2, 24)).astype(np.int32)
+  attention = np.ones((2, 24), np.int32)
+  attention[1, 20:] = 0
+  loss = np.zeros((2, 24), np.float32)
+  loss[:, 6:10] = 1  # first action
+  loss[:, 13:16] = 1  # second action; 16.. is an observation (and padding in row 1)
+  behaviour = np.where(loss > 0, -6.5 + rng.normal(0, 0.2, (2, 24)), 0).astype(np.float32)
+  return tokens, attention, loss, behaviour
+
+
+def test_chunked_logprobs_equal_full_log_softmax(model):
+  tokens, attention, _, _ = _episode(0)
+  logp, entropy = token_logprobs(model, jnp.asarray(tokens), jnp.asarray(attention), chunk=5,
+                                 temperature=0.7)
+  logits = np.asarray(model(jnp.asarray(tokens), attention_mask=jnp.asarray(attention)),
+                      np.float64) / 0.7
+  full = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  expected = np.take_along_axis(full[:, :-1], tokens[:, 1:, None], axis=-1)[..., 0]
+  np.testing.assert_allclose(np.asarray(logp)[:, 1:], expected, rtol=1e-5, atol=1e-5)
+  assert (np.asarray(logp)[:, 0] == 0).all()
+  np.testing.assert_allclose(np.asarray(entropy)[:, 1:],
+                             -(np.exp(full) * full).sum(-1)[:, :-1], rtol=1e-4)
+
+
+def test_loss_gradient_is_exactly_zero_off_the_mask():
+  rng = np.random.default_rng(1)
+  logp = jnp.asarray(np.log(rng.uniform(0.05, 1, (3, 8))), jnp.float32)
+  ref = logp + 0.3
+  mask = jnp.asarray(rng.random((3, 8)) < 0.5, jnp.float32)
+  # Garbage behaviour log-probs off the mask must not leak (no NaN through the ratio).
+  behaviour = jnp.where(mask > 0, logp - 0.1, jnp.nan)
+  weights = jnp.asarray(token_weights(np.asarray(mask), "token_mean"))
+
+  def loss(lp, rp):
+    per_token, _ = grpo_token_loss(lp, behaviour, rp, jnp.array([1.0, -1.0, 0.5]), mask, CFG)
+    return jnp.sum(weights * per_token)
+
+  g_policy, g_ref = jax.grad(loss, argnums=(0, 1))(logp, ref)
+  for g in (np.asarray(g_policy), np.asarray(g_ref)):
+    assert (g[np.asarray(mask) == 0] == 0).all()
+    assert np.isfinite(g).all()
+  assert (np.asarray(g_policy)[np.asarray(mask) > 0] != 0).all()
+
+
+def test_param_gradients_ignore_observations_and_masked_fields(model):
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  @jax.jit
+  def grads(batch):
+    ref_logp, _ = token_logprobs(nnx.merge(graphdef, params, rest), batch["tokens"],
+                                 batch["attention_mask"], chunk=5)
+    return jax.grad(lambda p: _micro_loss(p, ref_logp, rest, batch, graphdef=graphdef,
+                                          cfg=CFG)[0])(params)
+
+  tokens, attention, loss, behaviour = _episode(2)
+  batch = dict(tokens=tokens, attention_mask=attention, loss_mask=loss,
+               behaviour_logprobs=behaviour, advantages=np.array([1.0, -0.5], np.float32),
+               weights=token_weights(loss, "seq_mean_token_mean"))
+  base = grads(batch)
+  # Change what follows the last action (an environment observation and the padding) and
+  # the behaviour log-probs wherever loss_mask is 0: the gradient must not move at all.
+  other = dict(batch)
+  other["tokens"] = tokens.copy()
+  other["tokens"][:, 16:] = np.random.default_rng(3).integers(1, 1024, (2, 8))
+  other["behaviour_logprobs"] = np.where(loss > 0, behaviour, -123.0).astype(np.float32)
+  changed = grads(other)
+  for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(changed), strict=True):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+  # ... while changing a sampled token does move it (the test can fail).
+  moved = dict(batch)
+  moved["tokens"] = tokens.copy()
+  moved["tokens"][:, 14] = (tokens[:, 14] + 1) % 1024
+  moved_grads = grads(moved)
+  assert any(not np.array_equal(np.asarray(a), np.asarray(b))
+             for a, b in zip(jax.tree.leaves(base), jax.tree.leaves(moved_grads),
+                                 strict=True))

@@ -1,0 +1,190 @@
+"""Trainer: sharded == unsharded, bit-exact resume, corrupt-checkpoint fallback, load_model."""
+
+import os
+import warnings
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+
+from spade_jax.model import Qwen3, get_preset, make_mesh
+from spade_jax.model.load import load_model
+from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
+from spade_jax.rl.checkpoint import CheckpointManager
+from spade_jax.rl.trainer import Trainer
+
+RL = dict(learning_rate=3e-3, warmup_steps=1, schedule="cosine", total_steps=10, beta=0.05,
+          kl_estimator="k3", micro_batch_size=4, weight_decay=0.01, grad_clip_norm=1.0,
+          logprob_chunk=16)
+
+
+@pytest.fixture(scope="module")
+def initial():
+  """The tiny model's initial (graphdef, state); every test builds fresh copies from it."""
+  return nnx.split(Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0)))
+
+
+def _model(initial):
+  graphdef, state = initial
+  return nnx.merge(graphdef, jax.tree.map(lambda x: x.copy(), state))
+
+
+def _batch(step, rows=8, length=28):
+  """Agent episodes (two turns) and designer samples with their own groups."""
+  rng = np.random.default_rng(100 + step)
+  tokens = rng.integers(1, 1024, (rows, length)).astype(np.int32)
+  attention = np.ones((rows, length), np.int32)
+  attention[rows // 2:, 22:] = 0
+  loss = np.zeros((rows, length), np.float32)
+  loss[:, 5:9] = 1
+  loss[: rows // 2, 12:18] = 1
+  behaviour = np.where(loss > 0, -6.9 + rng.normal(0, 0.05, loss.shape), 0).astype(np.float32)
+  roles = np.array([AGENT] * (rows // 2) + [DESIGNER] * (rows // 2), np.int32)
+  return TrainBatch(tokens, attention, loss, behaviour, rng.random(rows).astype(np.float32),
+                    np.arange(rows, dtype=np.int32) // 2, roles)
+
+
+def _leaves(tree):
+  return [np.asarray(x) for x in jax.tree.leaves(tree)]
+
+
+def test_sharded_step_equals_unsharded(initial):
+  plain = Trainer(RL, _model(initial))
+  mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
+  sharded = Trainer(RL, _model(initial), mesh)
+  assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
+             for x in jax.tree.leaves(sharded.params))
+  for step in range(2):
+    m_plain, m_sharded = plain.train_step(_batch(step)), sharded.train_step(_batch(step))
+    for key in ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_mean"):
+      np.testing.assert_allclose(m_sharded[key], m_plain[key], rtol=2e-5, atol=1e-6,
+                                 err_msg=key)
+  for a, b in zip(_leaves(plain.params), _leaves(sharded.params), strict=True):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  assert m_plain["kl"] > 0 and m_plain["designer/num_rows"] == 4
+
+
+def test_gradient_accumulation_equals_one_full_batch(initial):
+  accumulated = Trainer(RL, _model(initial))  # 8 rows in micro-batches of 4
+  full = Trainer(dict(RL, micro_batch_size=0), _model(initial))
+  m_acc, m_full = accumulated.train_step(_batch(0)), full.train_step(_batch(0))
+  for key in ("loss", "kl", "entropy", "grad_norm", "logprob_gap_max"):
+    np.testing.assert_allclose(m_acc[key], m_full[key], rtol=2e-5, atol=1e-7, err_msg=key)
+  for a, b in zip(_leaves(accumulated.params), _leaves(full.params), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial):
+  graphdef, state = initial
+  bf16 = Qwen3(get_preset("tiny", compute_dtype="bfloat16"), rngs=nnx.Rngs(0))
+  nnx.update(bf16, jax.tree.map(lambda x: x.copy(), state))
+  trainer = Trainer(dict(RL, micro_batch_size=0), bf16)
+  metrics = trainer.train_step(_batch(0))
+  assert all(np.isfinite(v) for v in metrics.values())
+  assert {x.dtype for x in jax.tree.leaves((trainer.params, trainer.opt_state))
+          if x.ndim} == {np.dtype("float32")}
+  # bf16 matmuls move the log-probs by about 1e-2 from the float32 ones, not more.
+  reference = Trainer(dict(RL, micro_batch_size=0), _model(initial)).train_step(_batch(0))
+  assert abs(metrics["logprob_gap_mean"] - reference["logprob_gap_mean"]) < 0.05
+  assert metrics["entropy"] == pytest.approx(reference["entropy"], abs=0.05)
+
+
+def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path):
+  straight = Trainer(RL, _model(initial), seed=7)
+  for step in range(4):
+    straight.train_step(_batch(step))
+  straight_key = straight.next_rng()
+
+  def manager():
+    return CheckpointManager(tmp_path / "checkpoints", save_every=2, keep=2,
+                             model_config=get_preset("tiny"))
+
+  first = Trainer(RL, _model(initial), seed=7, checkpoints=manager())
+  assert first.restore() is None  # nothing to resume from yet
+  for step in range(3):  # saves after step 2 only; step 3 is lost when the run "dies"
+    first.train_step(_batch(step))
+    first.maybe_save({"data_position": step + 1, "memory": ["env-a"]})
+  first.close()
+  assert first.checkpoints.all_steps() == [2]
+
+  resumed = Trainer(RL, _model(initial), seed=7, checkpoints=manager())
+  host = resumed.restore()
+  assert host == {"data_position": 2, "memory": ["env-a"]} and resumed.step == 2
+  for step in range(2, 4):
+    resumed.train_step(_batch(step))
+  resumed.close()
+  for a, b in zip(_leaves(straight.params), _leaves(resumed.params), strict=True):
+    np.testing.assert_array_equal(a, b)
+  for a, b in zip(_leaves(straight.opt_state), _leaves(resumed.opt_state), strict=True):
+    np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(jax.random.key_data(straight_key),
+                                jax.random.key_data(resumed.next_rng()))
+
+
+def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path):
+  directory = tmp_path / "checkpoints"
+  trainer = Trainer(RL, _model(initial), checkpoints=CheckpointManager(directory, keep=3))
+  saved = {}
+  for step in range(2):
+    trainer.train_step(_batch(step))
+    trainer.maybe_save({"step_seen": step + 1})
+    trainer.checkpoints.wait_until_finished()
+    saved[trainer.step] = _leaves(trainer.params)
+  trainer.close()
+  # Damage every array file of the newest checkpoint's parameters.
+  damaged = 0
+  for root, _, files in os.walk(directory / "2" / "params"):
+    for name in files:
+      if not name.endswith(".json") and "metadata" not in name:
+        with open(os.path.join(root, name), "r+b") as f:
+          f.truncate(3)
+        damaged += 1
+  assert damaged
+  # A save that died half-way leaves a temporary directory: it must be ignored.
+  (directory / "3.orbax-checkpoint-tmp-1234").mkdir()
+
+  resumed = Trainer(RL, _model(initial), checkpoints=CheckpointManager(directory, keep=3))
+  with pytest.warns(RuntimeWarning, match="checkpoint .*2 could not be restored"):
+    host = resumed.restore()
+  assert resumed.step == 1 and host == {"step_seen": 1}
+  assert (directory / "2.corrupt").is_dir() and not (directory / "2").exists()
+  for a, b in zip(saved[1], _leaves(resumed.params), strict=True):
+    np.testing.assert_array_equal(a, b)
+  resumed.train_step(_batch(1))  # training goes on and step 2 can be written again
+  assert resumed.maybe_save({"step_seen": 2})
+  resumed.close()
+  assert resumed.checkpoints.all_steps() == [1, 2]
+
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")  # the engine's loader reads the good newest step silently
+    loaded = load_model(tmp_path, dtype="float32")
+  for a, b in zip(_leaves(resumed.params), _leaves(nnx.state(loaded, nnx.Param)), strict=True):
+    np.testing.assert_array_equal(a, b)
+  older = load_model(directory / "1")
+  for a, b in zip(saved[1], _leaves(nnx.state(older, nnx.Param)), strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_load_model_opens_hugging_face_directories_too(initial, tmp_path):
+  from spade_jax.model.hf_io import save_pretrained
+  model = _model(initial)
+  save_pretrained(model, tmp_path / "hf")
+  loaded = load_model(tmp_path / "hf", dtype="float32")
+  for a, b in zip(_leaves(nnx.state(model, nnx.Param)), _leaves(nnx.state(loaded, nnx.Param)),
+                  strict=True):
+    np.testing.assert_array_equal(a, b)
+
+
+def test_bad_batches_fail_early_with_the_field_name(initial):
+  trainer = Trainer(dict(RL, beta=0.0), _model(initial))
+  batch = _batch(0)
+  batch.loss_mask[5, 25] = 1  # on right padding
+  with pytest.raises(ValueError, match="loss_mask is 1 on padding .*rows \\[5\\]"):
+    trainer.train_step(batch)
+  batch = _batch(0)
+  batch.behaviour_logprobs[1, 6] = np.nan
+  with pytest.raises(ValueError, match="behaviour_logprobs must be finite.*rows \\[1\\]"):
+    trainer.train_step(batch)
+  with pytest.raises(ValueError, match="micro_batch_size=3 must be a multiple"):
+    Trainer(dict(RL, micro_batch_size=3), _model(initial), make_mesh({"fsdp": 2, "data": 4}))

@@ -1,0 +1,209 @@
+"""The self-play loop with scripted designer and agent policies: exact bookkeeping.
+
+Designer slot 0 writes environment A (valid), slot 1 writes prose (invalid). The agent
+always wins with the hint; without it, it wins only at step 2. Steps count from 1; with
+k = 2 the windows are {1, 2}, {3, 4}, {5, 6}: window 1's no-hint mean is 0.5 (regret 0.5),
+later windows' is 0 (regret 1.0), and each window's designer samples are trained exactly
+k steps later.
+"""
+
+import json
+
+import pytest
+from selfplay_fakes import (
+  REPLY_LOGPROB,
+  ByteTokenizer,
+  FakeTrainer,
+  ListCorpus,
+  ScriptedPolicy,
+  designer_reply,
+  make_engine,
+  make_settings,
+  seed_library,
+)
+
+from spade_jax.rl.batch import AGENT, DESIGNER
+from spade_jax.sandbox.api import StepRecord
+from spade_jax.sandbox.fake import FakePool
+from spade_jax.selfplay.loop import SelfPlayLoop
+
+TOK = ByteTokenizer()
+DESIGNS = {0: designer_reply("A"), 1: "I would rather not write code."}
+
+
+def wins_with_hint_or_at_step_2(tag, hinted, step, turn):
+  return "<action>win</action>" if hinted or step == 2 else "<action>lose</action>"
+
+
+def make_loop(designs=DESIGNS, rule=wins_with_hint_or_at_step_2, pool=None, **overrides):
+  policy = ScriptedPolicy(TOK, designs, rule)
+  loop = SelfPlayLoop(make_settings(**overrides), engine=make_engine(policy),
+                      pool=pool or FakePool(),
+                      tokenizer=TOK, trainer=FakeTrainer(), corpus=ListCorpus(),
+                      library=seed_library())
+  return loop, policy
+
+
+def run(loop, n):
+  return [loop.step() for _ in range(n)]
+
+
+def designer_rows(batch):
+  return [i for i, r in enumerate(batch.roles) if r == DESIGNER]
+
+
+def test_refresh_every_k_and_designer_update_delayed_by_k():
+  loop, policy = make_loop()
+  records = run(loop, 5)
+  assert [r.step for r in records] == [1, 2, 3, 4, 5]
+  assert sorted({c[1] for c in policy.designer_calls}) == [1, 3, 5]
+  assert [r.refreshed for r in records] == [True, False, True, False, True]
+  assert [r.designer_requests for r in records] == [2, 0, 2, 0, 2]
+  assert [r.designer_valid for r in records] == [1, 0, 1, 0, 1]
+  assert records[0].designer_invalid_reasons == {"parse/no_code_block": 1}
+  assert [[e.uid for e in r.envs] for r in records] == [["d1.0"], ["d1.0"], ["d3.0"],
+                                                        ["d3.0"], ["d5.0"]]
+  assert [r.designed_envs for r in records] == [1] * 5
+  # Per-step play: G = 2 episodes per arm, the hint arm always wins.
+  assert [r.envs[0].win_rate["no_hint"] for r in records] == [0.0, 1.0, 0.0, 0.0, 0.0]
+  assert all(r.envs[0].win_rate["hint"] == 1.0 for r in records)
+  assert [r.envs[0].regret for r in records] == [1.0, 0.0, 1.0, 1.0, 1.0]
+  # Delay: designer samples of refresh t are trained at step t + k with the window's regret.
+  assert [r.designer_samples for r in records] == [0, 0, 2, 0, 2]
+  assert records[2].designer_rewards == [0.5, -1.0]  # window {1,2}: 1 - (0+1)/2; invalid
+  assert records[4].designer_rewards == [1.0, -1.0]  # window {3,4}
+  batches = loop.trainer.batches
+  assert len(batches) == 5 and loop.engine.num_weight_loads == 5
+  assert [len(designer_rows(b)) for b in batches] == [0, 0, 2, 0, 2]
+  b2 = batches[2]
+  rows = designer_rows(b2)
+  assert b2.rewards[rows].tolist() == [0.5, -1.0]
+  assert len(set(b2.group_ids[rows].tolist())) == 1  # one group per refresh
+  # Agent rows: only the no-hint arm by default, one group per env and arm.
+  agent = [i for i, r in enumerate(b2.roles) if r == AGENT]
+  assert len(agent) == 2 and len(set(b2.group_ids[agent].tolist())) == 1
+  assert set(b2.group_ids[agent].tolist()).isdisjoint(b2.group_ids[rows].tolist())
+
+
+def test_designer_rows_mask_exactly_the_sampled_output():
+  loop, _ = make_loop()
+  run(loop, 3)
+  batch = loop.trainer.batches[2]
+  row = designer_rows(batch)[0]
+  mask = batch.loss_mask[row] > 0
+  out = batch.tokens[row][mask].tolist()
+  assert out == TOK.encode(DESIGNS[0]) + [TOK.eos_id]
+  assert (batch.behaviour_logprobs[row][mask] == REPLY_LOGPROB).all()
+  n = int(batch.attention_mask[row].sum())
+  assert mask[:n].tolist() == [False] * (n - len(out)) + [True] * len(out)
+  prompt = TOK.decode(batch.tokens[row][:n - len(out)].tolist())
+  assert "ENVIRONMENT CONTRACT" in prompt and "<passage>" in prompt
+  assert "Target skill category: s" in prompt
+
+
+def test_memory_holds_window_statistics():
+  loop, _ = make_loop()
+  records = run(loop, 2)
+  entry = loop.memory.get("d1.0")
+  assert (entry.win_rate_no_hint, entry.win_rate_hint, entry.regret) == (0.5, 1.0, 0.5)
+  assert entry.step == 2 and entry.times_played == 2 and entry.origin == "designed"
+  assert entry.source.startswith("import random") and entry.hint == "say win"
+  assert records[-1].memory_size == 3  # two seeds + d1.0
+
+
+def test_resume_from_state_dict_continues_exactly():
+  straight, _ = make_loop(fill_from_memory=True)
+  expected = run(straight, 5)
+  first, _ = make_loop(fill_from_memory=True)
+  run(first, 3)
+  state = json.loads(json.dumps(first.state_dict()))
+  assert state["step"] == 3 and len(state["curriculum"]["pending"]) == 2
+  resumed, policy = make_loop(fill_from_memory=True)
+  resumed.load_state_dict(state)
+  got = run(resumed, 2)  # step 4 mid-window, step 5 refreshes and trains refresh 3's designs
+  assert [r.step for r in got] == [4, 5] and {c[1] for c in policy.designer_calls} == {5}
+  strip = lambda r: {**r.to_dict(), "timings": None}
+  assert [strip(r) for r in got] == [strip(r) for r in expected[3:]]
+  assert resumed.state_dict() == straight.state_dict()
+  for a, b in zip(resumed.trainer.batches, straight.trainer.batches[3:], strict=True):
+    assert (a.tokens == b.tokens).all() and (a.rewards == b.rewards).all()
+
+
+def test_fill_from_memory_replays_seeds_without_designer_reward():
+  loop, _ = make_loop(designs={}, fill_from_memory=True)
+  records = run(loop, 3)
+  assert [(r.designed_envs, r.replayed_envs) for r in records] == [(0, 2)] * 3
+  assert {e.uid for e in records[0].envs} == {"seed/S1", "seed/S2"}
+  assert all(e.origin == "replayed" for e in records[0].envs)
+  assert records[2].designer_rewards == [-1.0, -1.0]  # only the invalid outputs
+  assert loop.memory.get("seed/S1").times_played == 3  # steps played, across windows
+
+
+def test_no_valid_env_and_no_fill_plays_nothing():
+  loop, _ = make_loop(designs={})
+  records = run(loop, 3)
+  assert [len(r.envs) for r in records] == [0, 0, 0]
+  assert [r.agent_samples for r in records] == [0, 0, 0]
+  assert [r.designer_samples for r in records] == [0, 0, 2]
+  assert len(loop.trainer.batches) == 1  # steps without any sample skip the update
+
+
+def test_fixed_envs_play_the_seed_library_without_designer():
+  loop, policy = make_loop(fixed_envs=True)
+  records = run(loop, 3)
+  assert not policy.designer_calls
+  assert [sorted(e.uid for e in r.envs) for r in records] == [["seed/S1", "seed/S2"]] * 3
+  assert all(e.origin == "fixed" for r in records for e in r.envs)
+  assert [r.replayed_envs for r in records] == [2, 2, 2]
+  assert all(r.designer_samples == 0 for r in records)
+
+
+def test_frozen_designer_generates_but_never_trains():
+  loop, policy = make_loop(train_designer=False)
+  records = run(loop, 5)
+  assert sorted({c[1] for c in policy.designer_calls}) == [1, 3, 5]
+  assert all(r.designer_samples == 0 for r in records)
+  assert all(not designer_rows(b) for b in loop.trainer.batches)
+
+
+@pytest.mark.parametrize("flag, absent", [("use_corpus", "<passage>"),
+                                          ("use_memory", "Environments already in")])
+def test_corpus_and_memory_ablations_remove_their_prompt_part(flag, absent):
+  prompts = {}
+  for value in (True, False):
+    loop, _ = make_loop(**{flag: value})
+    run(loop, 3)
+    b = loop.trainer.batches[2]
+    row = designer_rows(b)[0]
+    prompts[value] = TOK.decode(b.tokens[row][b.loss_mask[row] == 0].tolist())
+  assert absent in prompts[True] and absent not in prompts[False]
+
+
+def test_hint_arm_trains_the_agent_when_asked_and_ema_reward_switch():
+  loop, _ = make_loop(train_agent_on_hint_arm=True, designer_reward="ema_learning_potential")
+  records = run(loop, 3)
+  assert records[0].agent_samples == 4
+  assert records[2].designer_rewards == [1.0, -1.0]  # 4 m (1 - m), m = 0.5 * 0 + 0.5 * 1
+
+
+class HintArmInfraFailures(FakePool):
+  """Every reset of a hint-arm episode fails with an infrastructure error."""
+
+  def reset(self, episodes):
+    ok = [e for e in episodes if e[0][2] != "hint"]
+    records = dict(zip([e[0] for e in ok], super().reset(ok), strict=True))
+    return [records.get(e[0]) or StepRecord("", error_kind="infra", error_detail="no worker")
+            for e in episodes]
+
+
+def test_infra_failures_are_dropped_not_scored():
+  loop, _ = make_loop(pool=HintArmInfraFailures())
+  records = run(loop, 3)
+  env = records[0].envs[0]
+  assert env.win_rate == {"no_hint": 0.0, "hint": None} and env.regret is None
+  assert env.dropped_episodes == 2 and records[0].dropped_episodes == 2
+  assert env.returns["hint"] == [] and env.transcript["hint"] == ""
+  # The designed environment has no hint-arm measurement: its designer sample is not
+  # trained (never scored as 0); only the invalid output's sample is.
+  assert records[2].designer_rewards == [-1.0] and records[2].designer_samples == 1
+  assert loop.memory.get("d1.0").regret is None

@@ -1,0 +1,38 @@
+"""Designer and agent prompts: what each role is shown."""
+
+from spade_jax.sandbox.contract import CONTRACT_TEXT
+from spade_jax.selfplay import prompts
+
+
+def test_designer_prompt_quotes_contract_scaffold_grounding_and_memory():
+  memory = [prompts.MemoryView("planning", "class A:\n  pass\n" + "#" * 3000, "plan ahead",
+                               0.25, 0.75, 0.5),
+            prompts.MemoryView("planning", "class B:\n  pass\n", "go left", None, None, None)]
+  system, user = prompts.designer_messages("planning", "Ohm's law: V = I R.", memory)
+  assert system["role"] == "system" and CONTRACT_TEXT.rstrip() in system["content"]
+  assert prompts.SCAFFOLD in system["content"] and "<hint>" in system["content"]
+  assert "hint-based regret" in system["content"]
+  text = user["content"]
+  assert "<passage>\nOhm's law: V = I R.\n</passage>" in text
+  assert "Target skill category: planning" in text
+  assert "win rate without hint 0.25, with hint 0.75, regret 0.50" in text
+  assert "unmeasured" in text and "<hint>go left</hint>" in text
+  assert "# ... (cut)" in text and len(text) < 2 * prompts.MEMORY_SOURCE_CHARS + 1500
+
+
+def test_ablations_and_variants_change_the_prompt():
+  bare = prompts.designer_user_message("spatial", None, ())
+  assert "<passage>" not in bare and "Environments already" not in bare
+  tools = prompts.designer_system_prompt("tool_use")
+  assert prompts.SCAFFOLD_TOOLS in tools and "tool-use environment" in tools
+  ema = prompts.designer_system_prompt("games", "ema_learning_potential")
+  assert "learning potential" in ema and "hint-based regret" not in ema
+
+
+def test_agent_prompt_states_the_action_format_and_only_the_hint_arm_sees_the_hint():
+  plain = prompts.agent_system_prompt("<action>{}</action>")
+  hinted = prompts.agent_system_prompt("<action>{}</action>", hint="sort first")
+  assert "<action>YOUR ACTION</action>" in plain and "sort first" not in plain
+  assert hinted.startswith(plain) and hinted.endswith("sort first")
+  tools = prompts.agent_system_prompt("<tool_call>{}</tool_call>", tools=True)
+  assert "<tool_call>YOUR ACTION</tool_call>" in tools
