@@ -70,8 +70,10 @@ def _prefill(graphdef, params, tokens, lengths, sp, cache_dtype):
 
 
 def _scatter_rows(state: DecodeState, slots, cache_rows: KVCache, token, sp) -> DecodeState:
-  """Writes k rows into the slots (out-of-range slots are padding and dropped)."""
-  put = lambda full, rows: full.at[slots].set(rows, mode="drop")
+  """Writes k rows into the slots (out-of-range slots are padding and dropped). Cache rows
+  may be a prefix window [k, l <= L] of the entries; the rest of those rows is untouched."""
+  put = lambda full, rows: full.at[(slots,) + tuple(slice(0, n) for n in rows.shape[1:])].set(
+      rows, mode="drop")
   return constrain_state(DecodeState(
       cache=jax.tree.map(put, state.cache, cache_rows),
       token=put(state.token, token),
@@ -94,14 +96,21 @@ def _insert(prefix: Prefix, state: DecodeState, slots) -> DecodeState:
   return _scatter_rows(state, slots, rows, prefix.token, prefix.slot_params)
 
 
-@functools.partial(jax.jit, static_argnames=("graphdef",), donate_argnames=("state",))
-def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths, sp):
-  rows = jax.tree.map(lambda x: jnp.take(x, slots, axis=0, mode="clip"), state.cache)
+@functools.partial(jax.jit, static_argnames=("graphdef", "length"), donate_argnames=("state",))
+def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths, sp,
+            length: int):
+  """Runs the chunks on the first `length` entries of the slots' rows (length >= every
+  start + chunk bucket), so a short conversation does not pay for the whole cache row."""
+  c = state.cache
+  take = lambda x: jnp.take(x[:, :length], slots, axis=0, mode="clip")
+  rows = KVCache(k=tuple(map(take, c.k)), v=tuple(map(take, c.v)), pos=take(c.pos), end=starts)
   # The host's count of cached tokens is the truth: forget entries past it (tokens the
-  # decode loop fed after a stop string, or a previous conversation's).
-  stale = jnp.arange(rows.max_len)[None, :] >= starts[:, None]
-  rows = dataclasses.replace(rows, pos=jnp.where(stale, -1, rows.pos), end=starts)
+  # decode loop fed after a stop string, or a previous conversation's), in the whole row.
+  stale = jnp.arange(length)[None, :] >= starts[:, None]
+  rows = dataclasses.replace(rows, pos=jnp.where(stale, -1, rows.pos))
   rows, token, logprob = _extend(graphdef, params, rows, tokens, lengths, sp)
+  full_pos = jnp.full((len(starts), c.max_len), -1, jnp.int32).at[:, :length].set(rows.pos)
+  rows = dataclasses.replace(rows, pos=full_pos)
   return _scatter_rows(state, slots, rows, token, sp), token, logprob
 
 
@@ -250,15 +259,18 @@ class Engine:
              chunks: Sequence[Sequence[int]], sampling_params: Sequence[SamplingParams],
              limits: Sequence[int]) -> tuple[DecodeState, np.ndarray, np.ndarray]:
     """Writes chunks[i] into slots[i] after its first starts[i] cached tokens (dropping any
-    later entries), samples the next token. Returns (state, tokens, logprobs) for the rows."""
+    later entries), samples the next token. Returns (state, tokens, logprobs) for the rows.
+    Only the first `decode_lengths` bucket of cache entries covering every start + chunk
+    bucket is read and written (one compile per row, length and window bucket)."""
     tokens, lengths = self._pad(chunks)
     rows = len(lengths)
     sp = SlotParams.from_requests(sampling_params, limits, self.max_stop_ids, rows)
     start = np.zeros((rows,), np.int32)
     start[:len(starts)] = starts
+    length = pick_bucket(int(start.max()) + tokens.shape[1], self.decode_lengths)
     with self._mesh():
       state, tok, lp = _append(self.graphdef, params, state, self._slots(slots, rows), start,
-                               tokens, lengths, sp)
+                               tokens, lengths, sp, length=length)
     tok, lp = jax.device_get((tok, lp))
     return state, tok[:len(slots)], lp[:len(slots)]
 

@@ -1,18 +1,14 @@
 """Continuous batching, multi-turn continuation, stops and logprobs of the slot engine."""
 
+import engine_testlib as lib
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-import engine_testlib as lib  # noqa: E402
-
-from spade_jax.engine.api import Request, SamplingParams  # noqa: E402
-from spade_jax.engine.conversation import SlotConversationEngine  # noqa: E402
-from spade_jax.engine.core import Engine  # noqa: E402
+from spade_jax.engine.api import Request, SamplingParams
+from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.engine.core import Engine
 
 TOL = 1e-4  # fp32: cached decode vs one uncached forward
 CONFIG = dict(num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps_per_poll=4,
@@ -171,3 +167,17 @@ def test_jetstream_prefill_insert_generate(engine, model):
     tokens += block.tokens[2][block.valid[2]].tolist()
     assert not block.valid[[0, 1, 3]].any()
   assert tokens == expected.tokens
+
+
+@pytest.mark.parametrize("params", [SamplingParams(200, temperature=0.0),
+                                    SamplingParams(200, temperature=1.0, seed=9)])
+def test_reused_slot_ignores_the_previous_conversation(model, params):
+  """A long conversation leaves entries past the next append's window: they stay invisible."""
+  config = dict(num_slots=1, max_cache_len=256, prefill_buckets=(16,))
+  used = SlotConversationEngine(model, **config)
+  run(used, [Request("a", prompt(119), SamplingParams(120, temperature=0.0))])
+  used.release("a")
+  reused = run(used, [Request("b", [5, 6, 7], params)])["b"]
+  fresh = run(SlotConversationEngine(model, **config), [Request("b", [5, 6, 7], params)])["b"]
+  assert reused.tokens == fresh.tokens
+  np.testing.assert_allclose(reused.logprobs, fresh.logprobs, rtol=0, atol=TOL)
