@@ -3,6 +3,7 @@
 import numpy as np
 import torch
 import transformers
+from hf_random import randomize
 
 from spade_jax.model import hf_io
 
@@ -14,27 +15,13 @@ MOE = dict(DENSE, moe_intermediate_size=16, num_experts=4, num_experts_per_tok=2
            mlp_only_layers=[0])
 
 
-def _randomize(model, seed: int):
-  """Weights large enough that logits are peaked (greedy ties would make parity flaky)."""
-  gen = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if p.ndim == 1:
-        p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
-      elif "embed_tokens" in name:
-        p.copy_(torch.randn(p.shape, generator=gen))
-      else:
-        p.copy_(torch.randn(p.shape, generator=gen) * 1.5 / p.shape[-1] ** 0.5)
-  return model.eval()
-
-
 def write_checkpoint(directory, kind: str, seed: int = 0):
   """Writes a random Qwen3 ("dense") or Qwen3-MoE ("moe") checkpoint; returns (hf, ours)."""
   if kind == "moe":
     hf = transformers.Qwen3MoeForCausalLM(transformers.Qwen3MoeConfig(**MOE))
   else:
     hf = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**DENSE))
-  hf = _randomize(hf, seed)
+  hf = randomize(hf, seed)
   hf.save_pretrained(directory)
   return hf, hf_io.from_pretrained(directory, dtype="float32")
 

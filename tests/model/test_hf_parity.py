@@ -8,6 +8,7 @@ import pytest
 import torch
 import transformers
 from flax import nnx
+from hf_random import randomize
 
 from spade_jax.model import hf_io, make_mesh
 
@@ -27,20 +28,6 @@ def _forward(model, ids):
   return model(ids)
 
 
-def _randomize(model, seed: int):
-  """Weights large enough that logits are O(1-10); norm scales near (not exactly) one."""
-  gen = torch.Generator().manual_seed(seed)
-  with torch.no_grad():
-    for name, p in model.named_parameters():
-      if p.ndim == 1:
-        p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
-      elif "embed_tokens" in name:
-        p.copy_(torch.randn(p.shape, generator=gen))
-      else:
-        p.copy_(torch.randn(p.shape, generator=gen) * 1.5 / p.shape[-1] ** 0.5)
-  return model.eval()
-
-
 def _torch_logits(model) -> np.ndarray:
   with torch.no_grad():
     return model(torch.tensor(IDS)).logits.float().numpy()
@@ -52,7 +39,7 @@ def _write(tmp_path_factory, name, cls, seed, max_shard_size=None, **config):
   model_cls = (transformers.Qwen3MoeForCausalLM if cls == "moe"
                else transformers.Qwen3ForCausalLM)
   torch.manual_seed(seed)
-  model = _randomize(model_cls(config_cls(**config)), seed)
+  model = randomize(model_cls(config_cls(**config)), seed)
   directory = tmp_path_factory.mktemp(name)
   kwargs = {"max_shard_size": max_shard_size} if max_shard_size else {}
   model.save_pretrained(directory, **kwargs)
