@@ -45,3 +45,18 @@ class Episode:
     self.done = terminated or truncated
     self.trace.append(self.obs)
     return self.obs
+
+
+GAME_SEEDS = (0, 1, 2, 3, 7, 11, 42, 1234)
+
+
+def check_solver_wins(name: str, solver, seeds=GAME_SEEDS) -> None:
+  """`solver(episode)` must end every seed's episode with a full return, seeds differing."""
+  traces = set()
+  for seed in seeds:
+    ep = Episode(name, seed)
+    solver(ep)
+    assert ep.terminated, (name, seed, ep.obs)
+    assert 0.99 <= ep.total <= 1.0 + 1e-9, (name, seed, ep.total, ep.obs)
+    traces.add(tuple(ep.trace))
+  assert len(traces) == len(seeds), f"{name}: different seeds gave the same episode"
