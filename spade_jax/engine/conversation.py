@@ -96,6 +96,7 @@ class SlotConversationEngine:
     self._queue.append(request)
 
   def poll(self) -> list[Completion]:
+    self._fit_capacity()
     self._admit()
     if self._running:
       self._decode_block()
@@ -133,6 +134,11 @@ class SlotConversationEngine:
 
   # --- scheduling ----------------------------------------------------------------------
 
+  @property
+  def capacity(self) -> tuple[int, int]:
+    """(slots, cache entries per slot) of the decode state now; see `_fit_capacity`."""
+    return self.engine.capacity(self._state)
+
   def conversation_tokens(self, conversation_id: Hashable) -> tuple[int, ...]:
     """Every token of the conversation so far (prompts and replies)."""
     return tuple(self._convs[conversation_id].tokens)
@@ -159,6 +165,19 @@ class SlotConversationEngine:
     conv.slot, conv.cached = free[0], 0
     self._owner[free[0]] = cid
     return True
+
+  def _fit_capacity(self) -> None:
+    """Shrinks (or grows) the decode state to what the owned conversations need: their
+    slots, and each one's tokens (queued turns included) plus one decode block. Every
+    decode step reads the whole capacity, so it must not stay large after long
+    conversations end; appends and decode blocks grow it again when they need to."""
+    owned = [s for s, o in enumerate(self._owner) if o is not None]
+    if not owned:
+      return
+    longest = max(len(self._convs[self._owner[s]].tokens) for s in owned)
+    full = self.engine.max_cache_len + self.engine.max_chunk
+    self._state = self.engine.reserve(self._state, max(owned) + 1,
+                                      min(longest + self.engine.decode_steps, full))
 
   def _admit(self) -> None:
     """Moves queued turns into slots and prefills them, batched by length bucket."""

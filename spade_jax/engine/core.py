@@ -43,22 +43,25 @@ from spade_jax.engine.state import (
   state_shardings,
 )
 from spade_jax.model import KVCache
+from spade_jax.model.kv_cache import KV_ENTRY_AXIS, Rows, read_window, row_ids, write_entries
 
 
-def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams):
-  """Writes tokens [k, T] (first lengths[k] real) at each row's end; samples the next token."""
+def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, rows: Rows = None,
+            read_len: int | None = None):
+  """Writes tokens [k, T] (first lengths[k] real) at the end of cache rows `rows` (see
+  Qwen3.hidden), attending their first `read_len` entries; samples each row's next token."""
   k, t = tokens.shape
-  start = cache.end  # [k]
+  start = read_window(cache.end, rows)  # [k]
   idx = jnp.arange(t)[None, :]
   positions = jnp.where(idx < lengths[:, None], start[:, None] + idx, -1)  # [k, T]
   model = nnx.merge(graphdef, params)
-  h, cache = model.hidden(tokens, positions, cache=cache)  # [k, T, D]
+  h, cache = model.hidden(tokens, positions, cache=cache, rows=rows, read_len=read_len)
   last = h[jnp.arange(k), lengths - 1][:, None]  # [k, 1, D]
   logits = model.logits_from_hidden(last)[:, 0]  # [k, V]
-  cache = dataclasses.replace(cache, end=start + lengths)
+  end = cache.end.at[row_ids(rows, k)].set(start + lengths, mode="drop")
   keys = sampling.token_keys(sp.seed, start + lengths)
   token, logprob = sampling.sample(logits, keys, sp.temperature, sp.top_p, sp.top_k)
-  return cache, token, logprob
+  return dataclasses.replace(cache, end=end), token, logprob
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "cache_dtype"))
@@ -69,31 +72,34 @@ def _prefill(graphdef, params, tokens, lengths, sp, cache_dtype):
   return Prefix(cache=cache, token=token, logprob=logprob, slot_params=sp)
 
 
-def _scatter_rows(state: DecodeState, slots, cache_rows: KVCache, token, sp) -> DecodeState:
-  """Writes k rows into the slots (out-of-range slots are padding and dropped). Cache rows
-  may be a prefix window [k, l <= L] of the entries; the rest of those rows is untouched."""
-  put = lambda full, rows: full.at[(slots,) + tuple(slice(0, n) for n in rows.shape[1:])].set(
-      rows, mode="drop")
+def _put_slots(state: DecodeState, cache: KVCache, slots, token, sp) -> DecodeState:
+  """The state with `cache` and a new turn (token, count 1, sampling params) in k slots;
+  out-of-range slots are padding and dropped."""
+  put = lambda full, rows: full.at[slots].set(rows, mode="drop")
   return constrain_state(DecodeState(
-      cache=jax.tree.map(put, state.cache, cache_rows),
-      token=put(state.token, token),
-      count=put(state.count, jnp.ones_like(token)),
+      cache=cache, token=put(state.token, token), count=put(state.count, jnp.ones_like(token)),
       slot_params=jax.tree.map(put, state.slot_params, sp)))
+
+
+def _forget_from(cache: KVCache, slots, starts) -> KVCache:
+  """Marks every entry at index >= starts[i] of slot slots[i] empty and sets its end there."""
+  stale = jnp.arange(cache.max_len)[None, :] >= starts[:, None]  # [k, L]
+  rows = jnp.where(stale, -1, jnp.take(cache.pos, slots, axis=0, mode="clip"))
+  return dataclasses.replace(cache, pos=cache.pos.at[slots].set(rows, mode="drop"),
+                             end=cache.end.at[slots].set(starts, mode="drop"))
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))
 def _insert(prefix: Prefix, state: DecodeState, slots) -> DecodeState:
-  length = state.cache.max_len
-  t = prefix.cache.max_len
-
-  def widen(x, fill):  # [k, T, ...] -> [k, L, ...]
-    pad = [(0, 0), (0, length - t)] + [(0, 0)] * (x.ndim - 2)
-    return jnp.pad(x, pad, constant_values=fill)
-
   c = prefix.cache
-  rows = KVCache(k=tuple(widen(x, 0) for x in c.k), v=tuple(widen(x, 0) for x in c.v),
-                 pos=widen(c.pos, -1), end=c.end)
-  return _scatter_rows(state, slots, rows, prefix.token, prefix.slot_params)
+  start = jnp.zeros_like(slots)
+  cache = _forget_from(state.cache, slots, start)
+  put = lambda full, new: tuple(write_entries(f, n, slots, start, KV_ENTRY_AXIS)
+                                for f, n in zip(full, new, strict=True))
+  cache = KVCache(k=put(cache.k, c.k), v=put(cache.v, c.v),
+                  pos=write_entries(cache.pos, c.pos, slots, start),
+                  end=cache.end.at[slots].set(c.end, mode="drop"))
+  return _put_slots(state, cache, slots, prefix.token, prefix.slot_params)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "length"), donate_argnames=("state",))
@@ -101,71 +107,83 @@ def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths
             length: int):
   """Runs the chunks on the first `length` entries of the slots' rows (length >= every
   start + chunk bucket), so a short conversation does not pay for the whole cache row."""
-  c = state.cache
-  take = lambda x: jnp.take(x[:, :length], slots, axis=0, mode="clip")
-  rows = KVCache(k=tuple(map(take, c.k)), v=tuple(map(take, c.v)), pos=take(c.pos), end=starts)
   # The host's count of cached tokens is the truth: forget entries past it (tokens the
   # decode loop fed after a stop string, or a previous conversation's), in the whole row.
-  stale = jnp.arange(length)[None, :] >= starts[:, None]
-  rows = dataclasses.replace(rows, pos=jnp.where(stale, -1, rows.pos))
-  rows, token, logprob = _extend(graphdef, params, rows, tokens, lengths, sp)
-  full_pos = jnp.full((len(starts), c.max_len), -1, jnp.int32).at[:, :length].set(rows.pos)
-  rows = dataclasses.replace(rows, pos=full_pos)
-  return _scatter_rows(state, slots, rows, token, sp), token, logprob
+  cache = _forget_from(state.cache, slots, starts)
+  cache, token, logprob = _extend(graphdef, params, cache, tokens, lengths, sp, rows=slots,
+                                  read_len=length)
+  return _put_slots(state, cache, slots, token, sp), token, logprob
 
 
-def _window(state: DecodeState, width: int, length: int) -> DecodeState:
-  """The first `width` slots and first `length` cache entries of the decode state."""
-  rows = lambda x: x[:width]
-  c = state.cache
-  cache = KVCache(k=tuple(x[:width, :length] for x in c.k),
-                  v=tuple(x[:width, :length] for x in c.v), pos=c.pos[:width, :length],
-                  end=c.end[:width])
-  return DecodeState(cache=cache, token=rows(state.token), count=rows(state.count),
-                     slot_params=jax.tree.map(rows, state.slot_params))
-
-
-def _unwindow(state: DecodeState, window: DecodeState) -> DecodeState:
-  """Writes a window back into the full state (in place when the state is donated)."""
-  put = lambda full, part: full.at[tuple(slice(0, n) for n in part.shape)].set(part)
-  return constrain_state(jax.tree.map(put, state, window))
-
-
-@functools.partial(jax.jit, static_argnames=("graphdef", "num_steps", "width", "length"),
+@functools.partial(jax.jit, static_argnames=("graphdef", "num_steps"),
                    donate_argnames=("state",))
-def _generate(graphdef, params, state: DecodeState, active, num_steps: int, width: int,
-              length: int):
-  """num_steps decode steps over the window [width slots, length cache entries]; the rest
-  of the state is untouched. Returns the state and tokens, logprobs, valid [width, N]."""
+def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
+  """num_steps decode steps for every row of the state (the cache is read whole and updated
+  in place). Returns the state and tokens, logprobs, valid [rows, N]."""
   model = nnx.merge(graphdef, params)
-  window = _window(state, width, length)
-  sp = window.slot_params
+  sp = state.slot_params
+  rows = state.token.shape[0]
 
   def step(carry):
-    i, alive, st, out_tok, out_lp, out_valid = carry
-    cache = st.cache
-    pos = jnp.where(alive, cache.end, -1)  # [W] position of the token fed now
-    h, new_cache = model.hidden(st.token[:, None], pos[:, None], cache=cache)
-    new_cache = dataclasses.replace(new_cache, end=jnp.where(alive, new_cache.end, cache.end))
-    logits = model.logits_from_hidden(h)[:, 0]  # [W, V]
+    i, alive, cache, token, count, out_tok, out_lp, out_valid = carry
+    pos = jnp.where(alive, cache.end, -1)  # [R] position of the token fed now
+    h, new_cache = model.hidden(token[:, None], pos[:, None], cache=cache)
+    cache = dataclasses.replace(new_cache, end=jnp.where(alive, new_cache.end, cache.end))
+    logits = model.logits_from_hidden(h)[:, 0]  # [R, V]
     keys = sampling.token_keys(sp.seed, pos + 1)
     tok, lp = sampling.sample(logits, keys, sp.temperature, sp.top_p, sp.top_k)
-    count = st.count + alive
+    count = count + alive
     stopped = jnp.any(tok[:, None] == sp.stop_ids, axis=-1) | (count >= sp.limit)
-    st = DecodeState(cache=new_cache, token=jnp.where(alive, tok, st.token), count=count,
-                     slot_params=sp)
     out_tok = out_tok.at[:, i].set(tok)
     out_lp = out_lp.at[:, i].set(lp)
     out_valid = out_valid.at[:, i].set(alive)
-    return i + 1, alive & ~stopped, st, out_tok, out_lp, out_valid
+    return (i + 1, alive & ~stopped, cache, jnp.where(alive, tok, token), count, out_tok,
+            out_lp, out_valid)
 
   def cond(carry):
     return (carry[0] < num_steps) & jnp.any(carry[1])
 
-  init = (jnp.int32(0), active[:width], window, jnp.zeros((width, num_steps), jnp.int32),
-          jnp.zeros((width, num_steps), jnp.float32), jnp.zeros((width, num_steps), bool))
-  _, _, window, out_tok, out_lp, out_valid = jax.lax.while_loop(cond, step, init)
-  return _unwindow(state, window), out_tok, out_lp, out_valid
+  init = (jnp.int32(0), active, state.cache, state.token, state.count,
+          jnp.zeros((rows, num_steps), jnp.int32), jnp.zeros((rows, num_steps), jnp.float32),
+          jnp.zeros((rows, num_steps), bool))
+  _, _, cache, token, count, out_tok, out_lp, out_valid = jax.lax.while_loop(cond, step, init)
+  state = DecodeState(cache=cache, token=token, count=count, slot_params=sp)
+  return constrain_state(state), out_tok, out_lp, out_valid
+
+
+def _kv_shape(x: jax.Array, rows: int, length: int) -> tuple[int, ...]:
+  shape = list(x.shape)
+  shape[0], shape[KV_ENTRY_AXIS] = rows, length
+  return tuple(shape)
+
+
+@functools.partial(jax.jit, static_argnames=("rows", "length", "max_stop_ids"))
+def _resize(state: DecodeState, rows: int, length: int, max_stop_ids: int) -> DecodeState:
+  """A state of `rows` slots x `length` cache entries holding the overlap with `state`;
+  new slots are empty (as init_decode_state makes them)."""
+  c = state.cache
+  empty = SlotParams.from_requests([], [], max_stop_ids, rows)
+  new = DecodeState(
+      cache=KVCache(k=tuple(jnp.zeros(_kv_shape(x, rows, length), x.dtype) for x in c.k),
+                    v=tuple(jnp.zeros(_kv_shape(x, rows, length), x.dtype) for x in c.v),
+                    pos=jnp.full((rows, length), -1, jnp.int32),
+                    end=jnp.zeros((rows,), jnp.int32)),
+      token=jnp.zeros((rows,), jnp.int32), count=jnp.zeros((rows,), jnp.int32),
+      slot_params=jax.tree.map(jnp.asarray, empty))
+
+  def overlap(dst, src, axes):  # copies the overlap of src into dst along `axes`
+    cut = tuple(slice(0, min(dst.shape[a], src.shape[a])) if a in axes else slice(None)
+                for a in range(src.ndim))
+    return dst.at[cut].set(src[cut])
+
+  per_row = lambda d, x: overlap(d, x, (0,))
+  kv = lambda d, x: tuple(overlap(a, b, (0, KV_ENTRY_AXIS)) for a, b in zip(d, x, strict=True))
+  cache = KVCache(k=kv(new.cache.k, c.k), v=kv(new.cache.v, c.v),
+                  pos=overlap(new.cache.pos, c.pos, (0, 1)), end=per_row(new.cache.end, c.end))
+  return constrain_state(DecodeState(
+      cache=cache,
+      token=per_row(new.token, state.token), count=per_row(new.count, state.count),
+      slot_params=jax.tree.map(per_row, new.slot_params, state.slot_params)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,13 +234,38 @@ class Engine:
     return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()
 
   def init_decode_state(self) -> DecodeState:
-    """Empty slots, committed to their devices (so later calls see one input layout)."""
-    state = init_decode_state(self.cfg, self.num_slots, self.max_cache_len + self.max_chunk,
+    """Empty slots at the smallest capacity (the calls below grow it), committed to their
+    devices so later calls see one input layout."""
+    state = init_decode_state(self.cfg, self.decode_widths[0], self.decode_lengths[0],
                               self.max_stop_ids, self.cache_dtype)
+    return self._place(state)
+
+  def _place(self, state: DecodeState) -> DecodeState:
     if self.mesh is None:
       device = next(iter(jax.tree.leaves(self.params)[0].devices()))
       return jax.device_put(state, device)
     return jax.device_put(state, state_shardings(state, self.mesh))
+
+  @staticmethod
+  def capacity(state: DecodeState) -> tuple[int, int]:
+    """(slots, cache entries per slot) the state holds now."""
+    return state.cache.batch_size, state.cache.max_len
+
+  def reserve(self, state: DecodeState, slots: int, length: int) -> DecodeState:
+    """The state resized to the smallest `decode_widths` x `decode_lengths` buckets holding
+    `slots` slots and `length` entries each. Shrinking drops slots >= slots and entries >=
+    length: the caller vouches that nothing it still needs lives there. A resize copies the
+    cache once; the same capacity returns the state untouched."""
+    want = (pick_bucket(slots, self.decode_widths), pick_bucket(length, self.decode_lengths))
+    if want == self.capacity(state):
+      return state
+    with self._mesh():
+      return _resize(state, *want, max_stop_ids=self.max_stop_ids)
+
+  def _grow(self, state: DecodeState, slots: int, length: int) -> DecodeState:
+    """The state, grown (never shrunk) to hold `slots` slots and `length` entries."""
+    rows, cap = self.capacity(state)
+    return self.reserve(state, max(slots, rows), max(length, cap))
 
   def _pad(self, prompts: Sequence[Sequence[int]]):
     """-> tokens [R, T] int32, lengths [R]; R and T rounded up to buckets."""
@@ -252,6 +295,7 @@ class Engine:
 
   def insert(self, prefix: Prefix, state: DecodeState, slots: Sequence[int]) -> DecodeState:
     """Moves the prefix's first len(slots) rows into those slots (the rest is padding)."""
+    state = self._grow(state, max(slots) + 1, prefix.cache.max_len)
     with self._mesh():
       return _insert(prefix, state, self._slots(slots, prefix.token.shape[0]))
 
@@ -260,14 +304,15 @@ class Engine:
              limits: Sequence[int]) -> tuple[DecodeState, np.ndarray, np.ndarray]:
     """Writes chunks[i] into slots[i] after its first starts[i] cached tokens (dropping any
     later entries), samples the next token. Returns (state, tokens, logprobs) for the rows.
-    Only the first `decode_lengths` bucket of cache entries covering every start + chunk
-    bucket is read and written (one compile per row, length and window bucket)."""
+    Attention reads only the first `decode_lengths` bucket of entries covering every start +
+    chunk bucket (one compile per row, chunk and length bucket)."""
     tokens, lengths = self._pad(chunks)
     rows = len(lengths)
     sp = SlotParams.from_requests(sampling_params, limits, self.max_stop_ids, rows)
     start = np.zeros((rows,), np.int32)
     start[:len(starts)] = starts
     length = pick_bucket(int(start.max()) + tokens.shape[1], self.decode_lengths)
+    state = self._grow(state, max(slots) + 1, length)
     with self._mesh():
       state, tok, lp = _append(self.graphdef, params, state, self._slots(slots, rows), start,
                                tokens, lengths, sp, length=length)
@@ -279,19 +324,22 @@ class Engine:
     """Up to decode_steps tokens for every active slot; a slot stops after a stop id or when
     its turn's limit is reached (later columns of that row are not valid).
 
-    Only a window is computed: the first `decode_widths` bucket of slots covering every
-    active slot, and the first `decode_lengths` bucket of cache entries covering
-    `max_end` (the largest cache end of an active slot; None = the whole cache) plus this
-    block's steps. Block rows are slots 0..width-1.
+    Every slot of the state's capacity is computed (inactive ones idle) over its whole cache
+    length, so the cache is read in place; `reserve` keeps the capacity small. The state
+    first grows to hold the active slots and `max_end` (the largest cache end of an active
+    slot; None = the whole cache) plus this block's steps. Block rows are slots 0..rows-1.
     """
     active = np.asarray(active, bool)
-    width = pick_bucket(int(np.flatnonzero(active).max(initial=0)) + 1, self.decode_widths)
+    slots = int(np.flatnonzero(active).max(initial=0)) + 1
     full = self.max_cache_len + self.max_chunk
     need = full if max_end is None else min(max_end + self.decode_steps, full)
-    length = pick_bucket(need, self.decode_lengths)
+    state = self._grow(state, slots, need)
+    rows = self.capacity(state)[0]
+    padded = np.zeros((rows,), bool)
+    padded[:min(rows, active.size)] = active[:rows]
     with self._mesh():
-      state, tok, lp, valid = _generate(self.graphdef, params, state, active,
-                                        num_steps=self.decode_steps, width=width, length=length)
+      state, tok, lp, valid = _generate(self.graphdef, params, state, padded,
+                                        num_steps=self.decode_steps)
     return state, Block(*jax.device_get((tok, lp, valid)))
 
 

@@ -94,7 +94,7 @@ def row_buckets(max_rows: int) -> tuple[int, ...]:
   return tuple(out) + (max_rows,)
 
 
-_KV_AXES = ("batch", "length", "kv_heads", "head_dim")
+_KV_AXES = ("batch", "kv_heads", "length", "head_dim")
 
 
 def _map_layout(state: DecodeState, fn) -> DecodeState:

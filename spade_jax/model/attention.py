@@ -7,7 +7,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.config import ModelConfig
-from spade_jax.model.kv_cache import write_rows
+from spade_jax.model.kv_cache import KV_ENTRY_AXIS, Rows, read_window, write_entries
 from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
 
 # Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
@@ -28,15 +28,30 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   Query head n reads kv head n // (N // K), as Hugging Face's repeat_kv does. Scores and
   softmax run in fp32; the weighted sum runs in v's dtype.
   """
+  return _einsum_attention(q, k, v, mask, scale, "bskh")
+
+
+def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                     scale: float) -> jax.Array:
+  """dot_product_attention over keys and values in the cache layout k, v [B, K, S, Hd]."""
   b, t, n, hd = q.shape
-  kv_heads = k.shape[2]
+  kv_heads = k.shape[1]
+  if t == 1 and b * k.shape[2] <= _ELEMENTWISE_MAX_ENTRIES:
+    qg = q.reshape(b, kv_heads, n // kv_heads, hd)  # [B, K, G, Hd]
+    return _decode_attention(qg, k, v, mask[:, 0], scale).reshape(b, t, n, hd)
+  return _einsum_attention(q, k, v, mask, scale, "bksh")
+
+
+def _einsum_attention(q, k, v, mask, scale, kv_spec: str):
+  """The batched-dot form; kv_spec names the k / v axes ("bskh" or "bksh")."""
+  b, t, n, hd = q.shape
+  kv_heads = k.shape[kv_spec.index("k")]
   qg = q.reshape(b, t, kv_heads, n // kv_heads, hd)  # [B, T, K, G, Hd]
-  if t == 1 and b * k.shape[1] <= _ELEMENTWISE_MAX_ENTRIES:
-    return _decode_attention(qg[:, 0], k, v, mask[:, 0], scale).reshape(b, t, n, hd)
-  scores = jnp.einsum("btkgh,bskh->bkgts", qg, k, preferred_element_type=jnp.float32) * scale
+  scores = jnp.einsum(f"btkgh,{kv_spec}->bkgts", qg, k,
+                      preferred_element_type=jnp.float32) * scale
   scores = jnp.where(mask[:, None, None], scores, _MASKED)  # [B, K, G, T, S]
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum("bkgts,bskh->btkgh", probs, v)  # [B, T, K, G, Hd]
+  out = jnp.einsum(f"bkgts,{kv_spec}->btkgh", probs, v)  # [B, T, K, G, Hd]
   return out.reshape(b, t, n, hd)
 
 
@@ -61,11 +76,13 @@ class Attention(nnx.Module):
   def __call__(
       self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
       kv: tuple[jax.Array, jax.Array] | None = None, write_at: jax.Array | None = None,
+      rows: Rows = None, read_len: int | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """x [B, T, D]; cos/sin [B, T, Hd]; mask [B, T, S].
 
-    Without a cache S == T. With `kv` (this layer's cache k, v [B, S, K, Hd]) the new keys
-    and values are first written at `write_at` [B] and attention reads the whole cache.
+    Without a cache S == T. With `kv` (this layer's whole cache k, v [S_all, L, K, Hd]) the
+    new keys and values are first written at `write_at` [B] of the cache rows `rows` (see
+    Qwen3.hidden), then attention reads those rows' first `read_len` entries (S of them).
     Returns the block output [B, T, D] and the updated (k, v) or None.
     """
     q = apply_rope(self.q_norm(self.q_proj(x)), cos, sin)  # [B, T, N, Hd]
@@ -73,23 +90,28 @@ class Attention(nnx.Module):
     v = self.v_proj(x)  # [B, T, K, Hd]
     new_kv = None
     if kv is not None:
-      new_kv = (write_rows(kv[0], k, write_at), write_rows(kv[1], v, write_at))
-      k, v = (c.astype(q.dtype) for c in new_kv)  # [B, S, K, Hd]
-    out = dot_product_attention(q, k, v, mask, self.scale)
+      new_kv = tuple(write_entries(c, n.swapaxes(1, 2), rows, write_at, KV_ENTRY_AXIS)
+                     for c, n in zip(kv, (k, v), strict=True))
+      k, v = (read_window(c, rows, read_len, KV_ENTRY_AXIS).astype(q.dtype)
+              for c in new_kv)  # [B, K, S, Hd]
+      out = cached_attention(q, k, v, mask, self.scale)
+    else:
+      out = dot_product_attention(q, k, v, mask, self.scale)
     return self.o_proj(out), new_kv
 
 
 def _decode_attention(qg: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                       scale: float) -> jax.Array:
-  """One query per row: qg [B, K, G, Hd]; k, v [B, S, K, Hd]; mask [B, S] -> [B, K, G, Hd].
+  """One query per row: qg [B, K, G, Hd]; k, v [B, K, S, Hd]; mask [B, S] -> [B, K, G, Hd].
 
   Broadcast multiply + reduce instead of einsum: XLA's CPU backend fuses these into passes
-  over the cache in its [B, S, K, Hd] layout, where the batched dot first transposes k and
-  v to put (B, K) in front. Same maths as the einsum path (fp32 scores and softmax).
+  over each head's contiguous entries, where its batched dot with G (2-8) query rows per
+  head is several times slower. Same maths as the einsum path (fp32 scores and softmax).
   """
-  scores = jnp.sum(qg[:, None].astype(jnp.float32) * k[:, :, :, None].astype(jnp.float32),
-                   axis=-1) * scale  # [B, S, K, G]
-  scores = jnp.where(mask[:, :, None, None], scores, _MASKED)
-  probs = jax.nn.softmax(scores, axis=1)
-  out = jnp.sum(probs[..., None] * v[:, :, :, None].astype(jnp.float32), axis=1)  # [B, K, G, Hd]
+  f32 = jnp.float32
+  scores = jnp.sum(qg[:, :, :, None].astype(f32) * k[:, :, None].astype(f32),
+                   axis=-1) * scale  # [B, K, G, S]
+  scores = jnp.where(mask[:, None, None], scores, _MASKED)
+  probs = jax.nn.softmax(scores, axis=-1)
+  out = jnp.sum(probs[..., None] * v[:, :, None].astype(f32), axis=3)  # [B, K, G, Hd]
   return out.astype(v.dtype)

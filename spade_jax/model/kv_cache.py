@@ -4,6 +4,10 @@ Each row of the cache is an append-only list of entries. An entry stores its key
 the position id of the token it came from; -1 marks an empty slot or a padding token. A
 query at position p attends every entry of its own row with 0 <= pos <= p, so a left-padded
 prompt, a one-token decode step and a new conversation turn are all the same call.
+
+A call may use only part of the cache: some of its rows (`Rows`) and the first `read_len`
+entries of each. New entries are scattered into the whole cache buffers and attention reads
+the window, so a donated cache is updated in place and never copied to or from a window.
 """
 
 from __future__ import annotations
@@ -19,7 +23,12 @@ from spade_jax.model.config import ModelConfig
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVCache:
-  """k, v: tuple over layers of [B, S, K, Hd]; pos: [B, S] int32; end: [B] int32."""
+  """k, v: tuple over layers of [B, K, S, Hd]; pos: [B, S] int32; end: [B] int32.
+
+  Keys and values keep each kv head's entries contiguous ([B, K, S, Hd], not the [B, S, K, Hd]
+  of the projections): a decode step streams every row's entries once per head, which XLA's
+  CPU backend reduces ~25 % faster in this layout.
+  """
 
   k: tuple[jax.Array, ...]
   v: tuple[jax.Array, ...]
@@ -32,7 +41,7 @@ class KVCache:
     """An empty cache holding up to `max_len` entries per row."""
     if batch_size < 1 or max_len < 1:
       raise ValueError(f"KVCache.init: batch_size={batch_size} and max_len={max_len} must be >= 1")
-    shape = (batch_size, max_len, cfg.num_kv_heads, cfg.head_dim)
+    shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
     zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers))
     return cls(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)),
                pos=jnp.full((batch_size, max_len), -1, jnp.int32),
@@ -46,16 +55,48 @@ class KVCache:
   def max_len(self) -> int:
     return self.pos.shape[1]
 
-  def next_positions(self) -> jax.Array:
-    """[B] position id following the last real entry of each row (0 for an empty row)."""
-    return jnp.max(self.pos, axis=1) + 1
 
 
-def write_rows(buf: jax.Array, new: jax.Array, start: jax.Array) -> jax.Array:
-  """Writes new [B, T, ...] into buf [B, S, ...] at row-dependent offsets start [B].
+Rows = int | jax.Array | None  # which cache rows a call uses; see `row_ids`
+KV_ENTRY_AXIS = 2  # entries axis of the key / value buffers [B, K, S, Hd]
 
-  The caller guarantees start + T <= S (XLA clamps out-of-range starts instead of failing,
-  which would overwrite the newest entries).
+
+def row_ids(rows: Rows, count: int) -> jax.Array:
+  """Cache row of each of the `count` input rows: None or an int W mean rows 0..count-1 (the
+  whole cache, or its first W rows); an int array [count] names the rows."""
+  if rows is None or isinstance(rows, int):
+    return jnp.arange(count, dtype=jnp.int32)
+  return rows.astype(jnp.int32)
+
+
+def read_window(buf: jax.Array, rows: Rows, length: int | None = None,
+                entry_axis: int = 1) -> jax.Array:
+  """The selected rows of buf [S, ...] and the first `length` entries (None = all) along
+  `entry_axis` (1 for pos [S, L], 2 for keys/values [S, K, L, Hd]).
+
+  An int W or None is a static slice; an index array is a gather whose out-of-range rows
+  read the last row (their results are never written).
   """
-  return jax.vmap(lambda b, n, s: jax.lax.dynamic_update_slice_in_dim(b, n, s, axis=0))(
-      buf, new.astype(buf.dtype), start)
+  part = buf if length is None else jax.lax.slice_in_dim(buf, 0, length, axis=entry_axis)
+  if rows is None:
+    return part
+  if isinstance(rows, int):
+    return part[:rows]
+  return jnp.take(part, rows, axis=0, mode="clip")
+
+
+def write_entries(buf: jax.Array, new: jax.Array, rows: Rows, start: jax.Array,
+                  entry_axis: int = 1) -> jax.Array:
+  """Writes new [k, ...] (laid out like buf, T entries along `entry_axis`) into buf [S, ...]
+  at entries start[i]..start[i]+T-1 of row row_ids(rows)[i], in place when buf is donated.
+  A row index out of range (engine padding) drops its write; the caller guarantees
+  start + T <= L for the others.
+  """
+  ids = row_ids(rows, new.shape[0])
+  index = jnp.stack([ids, start.astype(jnp.int32)], axis=1)  # [k, 2]
+  dims = jax.lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, new.ndim)),
+                                         inserted_window_dims=(0,),
+                                         scatter_dims_to_operand_dims=(0, entry_axis))
+  return jax.lax.scatter(buf, index, new.astype(buf.dtype), dims,
+                         indices_are_sorted=not isinstance(rows, jax.Array),
+                         unique_indices=True, mode=jax.lax.GatherScatterMode.FILL_OR_DROP)

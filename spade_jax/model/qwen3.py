@@ -13,7 +13,7 @@ from flax import nnx
 
 from spade_jax.model.attention import Attention
 from spade_jax.model.config import REMAT_POLICIES, ModelConfig
-from spade_jax.model.kv_cache import KVCache, write_rows
+from spade_jax.model.kv_cache import KVCache, Rows, read_window, row_ids, write_entries
 from spade_jax.model.layers import Einsum, Embed, RMSNorm, rope_cos_sin
 from spade_jax.model.moe import MoEBlock
 from spade_jax.model.sharding import constrain
@@ -46,15 +46,15 @@ class DecoderLayer(nnx.Module):
     self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
     self.mlp = MoEBlock(cfg, rngs=rngs) if cfg.is_moe_layer(layer) else MLP(cfg, rngs=rngs)
 
-  def __call__(self, x, cos, sin, mask, kv=None, write_at=None):
-    attn_out, kv = self.attn(self.input_norm(x), cos, sin, mask, kv, write_at)
+  def __call__(self, x, cos, sin, mask, kv=None, write_at=None, rows=None, read_len=None):
+    attn_out, kv = self.attn(self.input_norm(x), cos, sin, mask, kv, write_at, rows, read_len)
     x = x + attn_out
     x = x + self.mlp(self.post_attn_norm(x))
     return constrain(x, _ACT), kv
 
 
-def _call_layer(layer: DecoderLayer, x, cos, sin, mask, kv, write_at):
-  return layer(x, cos, sin, mask, kv, write_at)
+def _call_layer(layer: DecoderLayer, x, cos, sin, mask):
+  return layer(x, cos, sin, mask)
 
 
 def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
@@ -108,47 +108,52 @@ class Qwen3(nnx.Module):
     return constrain(logits.astype(jnp.float32), ("batch", "length", "vocab"))
 
   def hidden(self, input_ids, positions=None, attention_mask=None, segment_ids=None,
-             cache: KVCache | None = None):
+             cache: KVCache | None = None, rows: Rows = None, read_len: int | None = None):
     """Final-norm hidden states [B, T, D] (and the updated cache when `cache` is given).
 
     Without a cache: token i attends token j <= i of its row when j is real (mask 1 and
     position >= 0) and, with segment_ids, in the same segment. Positions default to the count
     of earlier real tokens (per segment), so left padding and packing need no positions.
-    With a cache: see kv_cache.py; positions default to continuing each row.
+    With a cache: see kv_cache.py; positions default to continuing each row. `rows` picks the
+    cache rows the B input rows use (None: all, B == cache rows; an int W: the first W; an
+    index array [B]) and `read_len` (static) how many entries of each attention reads; the
+    new entries must land inside it. The returned cache is the whole cache, updated.
     """
     ids, positions, valid, segment_ids = self._check_inputs(
-        input_ids, positions, attention_mask, segment_ids, cache)
+        input_ids, positions, attention_mask, segment_ids, cache, rows)
     t = ids.shape[1]
-    if positions is None:
+    if cache is not None:
+      write_at = read_window(cache.end, rows)  # [B]
+      if positions is None:
+        last = jnp.max(read_window(cache.pos, rows, read_len), axis=1)  # [B]
+        positions = default_positions(valid, None) + (last + 1)[:, None]
+    elif positions is None:
       positions = default_positions(valid, segment_ids)
-      if cache is not None:
-        positions = positions + cache.next_positions()[:, None]
     positions = jnp.where(valid, positions, -1).astype(jnp.int32)  # [B, T], -1 = pad
     if cache is None:
-      write_at = None
       mask = uncached_mask(positions, segment_ids)  # [B, T, T]
     else:
-      write_at = cache.end
-      entry_pos = write_rows(cache.pos, positions, write_at)  # [B, S]
+      full_pos = write_entries(cache.pos, positions, rows, write_at)  # [S_all, L]
+      entry_pos = read_window(full_pos, rows, read_len)  # [B, S]
       mask = ((entry_pos[:, None, :] >= 0)
               & (entry_pos[:, None, :] <= positions[:, :, None]))  # [B, T, S]
     cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
     x = constrain(self.embed(ids), _ACT)  # [B, T, D]
-    new_k, new_v = [], []
-    policy = REMAT_POLICIES[self.cfg.remat]
-    run_layer = _call_layer if policy is None else nnx.remat(_call_layer, policy=policy)
-    for i, layer in enumerate(self.layers):
-      kv = None if cache is None else (cache.k[i], cache.v[i])
-      x, kv = run_layer(layer, x, cos, sin, mask, kv, write_at)
-      if kv is not None:
-        new_k.append(kv[0])
-        new_v.append(kv[1])
-    h = self.final_norm(x)
     if cache is None:
-      return h
-    return h, KVCache(k=tuple(new_k), v=tuple(new_v), pos=entry_pos, end=cache.end + t)
+      policy = REMAT_POLICIES[self.cfg.remat]  # rematerialisation is for the training pass
+      run_layer = _call_layer if policy is None else nnx.remat(_call_layer, policy=policy)
+      for layer in self.layers:
+        x = run_layer(layer, x, cos, sin, mask)[0]
+      return self.final_norm(x)
+    new_k, new_v = [], []
+    for i, layer in enumerate(self.layers):
+      x, (k, v) = layer(x, cos, sin, mask, (cache.k[i], cache.v[i]), write_at, rows, read_len)
+      new_k.append(k)
+      new_v.append(v)
+    end = cache.end.at[row_ids(rows, ids.shape[0])].set(write_at + t, mode="drop")
+    return self.final_norm(x), KVCache(k=tuple(new_k), v=tuple(new_v), pos=full_pos, end=end)
 
-  def _check_inputs(self, input_ids, positions, attention_mask, segment_ids, cache):
+  def _check_inputs(self, input_ids, positions, attention_mask, segment_ids, cache, rows):
     """Validates shapes and dtypes early; returns (ids, positions, valid [B, T], segment_ids)."""
     ids = jnp.asarray(input_ids)
     if ids.ndim != 2 or not jnp.issubdtype(ids.dtype, jnp.integer):
@@ -164,9 +169,13 @@ class Qwen3(nnx.Module):
     if cache is not None:
       if segment_ids is not None:
         raise ValueError("segment_ids (packed rows) cannot be combined with a KV cache")
-      if cache.batch_size != ids.shape[0] or len(cache.k) != self.cfg.num_layers:
-        raise ValueError(f"cache holds {cache.batch_size} rows x {len(cache.k)} layers; input "
-                         f"has {ids.shape[0]} rows, model {self.cfg.num_layers} layers")
+      rows_seen = cache.batch_size if rows is None else (
+          rows if isinstance(rows, int) else jnp.shape(rows)[0])
+      if (rows_seen != ids.shape[0] or rows_seen > cache.batch_size
+          or len(cache.k) != self.cfg.num_layers):
+        raise ValueError(f"cache holds {cache.batch_size} rows x {len(cache.k)} layers "
+                         f"({rows_seen} selected); input has {ids.shape[0]} rows, model "
+                         f"{self.cfg.num_layers} layers")
       if ids.shape[1] > cache.max_len:
         raise ValueError(f"{ids.shape[1]} new tokens exceed the cache length {cache.max_len}")
     return ids, positions, valid, segment_ids

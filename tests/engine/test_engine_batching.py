@@ -181,3 +181,28 @@ def test_reused_slot_ignores_the_previous_conversation(model, params):
   fresh = run(SlotConversationEngine(model, **config), [Request("b", [5, 6, 7], params)])["b"]
   assert reused.tokens == fresh.tokens
   np.testing.assert_allclose(reused.logprobs, fresh.logprobs, rtol=0, atol=TOL)
+
+
+def test_capacity_follows_the_owned_conversations_and_keeps_idle_caches(model):
+  """Long conversations grow the decode state; once released it shrinks back, and an idle
+  conversation that lived through both resizes continues exactly as it does alone."""
+  config = dict(num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps_per_poll=4,
+                decode_widths=(2,), decode_lengths=(24, 48))
+  greedy = SamplingParams(4, temperature=0.0)
+  turns = [prompt(5), prompt(3, offset=40)]
+
+  alone = SlotConversationEngine(model, **config)
+  expected = [run(alone, [Request("a", t, greedy)])["a"].tokens for t in turns]
+  assert alone.capacity == (2, 24)
+
+  shared = SlotConversationEngine(model, **config)
+  first = run(shared, [Request("a", turns[0], greedy)])["a"].tokens
+  long = [Request(c, prompt(30, offset=i), SamplingParams(10, temperature=0.0))
+          for i, c in enumerate("bcd")]
+  run(shared, long)
+  assert shared.capacity == (4, 48)
+  for c in "bcd":
+    shared.release(c)
+  second = run(shared, [Request("a", turns[1], greedy)])["a"].tokens
+  assert shared.capacity == (2, 24)
+  assert [first, second] == expected

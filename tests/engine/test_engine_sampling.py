@@ -70,3 +70,24 @@ def test_greedy_rows_ignore_filters_and_draws_depend_only_on_seed_and_position()
   np.testing.assert_allclose(logprobs[0], jax.nn.log_softmax(row)[tokens[0]], atol=1e-5)
   # Rows 1 and 2 share (seed, position) and logits: same draw, also when sampled alone.
   assert tokens[1] == tokens[2] == alone[0]
+
+
+def test_two_level_draw_is_the_inverse_cdf_of_the_kept_weights():
+  """Tokens equal a float64 inverse CDF over the whole vocabulary for the same uniforms,
+  with zero-weight entries never drawn; vocab 1000 is not a multiple of the block size."""
+  rows, vocab = 512, 1000
+  rng = np.random.default_rng(0)
+  logits = rng.normal(size=(rows, vocab)).astype(np.float32) * 3
+  logits[rng.random((rows, vocab)) < 0.3] = -np.inf  # weight 0
+  keys = sampling.token_keys(jnp.arange(rows), jnp.full((rows,), 5))
+  ones = jnp.ones((rows,))
+  tokens, logprobs = jax.jit(sampling.sample)(logits, keys, ones, ones,
+                                              jnp.zeros((rows,), jnp.int32))
+  u = np.asarray(jax.vmap(jax.random.uniform)(keys), np.float64)
+  weights = np.exp(logits.astype(np.float64) - logits.max(axis=1, keepdims=True))
+  cdf = np.cumsum(weights, axis=1)
+  expected = [np.searchsorted(c, x * c[-1], side="right") for c, x in zip(cdf, u, strict=True)]
+  np.testing.assert_array_equal(np.asarray(tokens), expected)
+  assert np.all(np.isfinite(logits[np.arange(rows), np.asarray(tokens)]))
+  picked = weights[np.arange(rows), expected] / cdf[:, -1]
+  np.testing.assert_allclose(logprobs, np.log(picked), atol=1e-5)
