@@ -167,16 +167,27 @@ class SlotConversationEngine:
     return True
 
   def _fit_capacity(self) -> None:
-    """Shrinks (or grows) the decode state to what the owned conversations need: their
-    slots, and each one's tokens (queued turns included) plus one decode block. Every
-    decode step reads the whole capacity, so it must not stay large after long
-    conversations end; appends and decode blocks grow it again when they need to."""
+    """Packs the owned slots low and fits the decode state to them: the `decode_widths`
+    bucket of their count, and each one's tokens (queued turns included) plus one decode
+    block. Every decode step computes the whole capacity, so it must shrink as episodes and
+    long designer requests end; appends and decode blocks grow it again when they need to.
+    """
     owned = [s for s, o in enumerate(self._owner) if o is not None]
     if not owned:
       return
-    longest = max(len(self._convs[self._owner[s]].tokens) for s in owned)
+    width = pick_bucket(len(owned), self.engine.decode_widths)
+    high = [s for s in owned if s >= width]
+    low_free = [s for s in range(width) if self._owner[s] is None][:len(high)]
+    if high:
+      self._state = self.engine.move(self._state, high, low_free)
+      for src, dst in zip(high, low_free, strict=True):
+        cid, self._owner[src] = self._owner[src], None
+        self._owner[dst], self._convs[cid].slot = cid, dst
+        if src in self._running:
+          self._running[dst] = self._running.pop(src)
+    longest = max(len(c.tokens) for c in self._convs.values() if c.slot is not None)
     full = self.engine.max_cache_len + self.engine.max_chunk
-    self._state = self.engine.reserve(self._state, max(owned) + 1,
+    self._state = self.engine.reserve(self._state, width,
                                       min(longest + self.engine.decode_steps, full))
 
   def _admit(self) -> None:

@@ -151,6 +151,14 @@ def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
   return constrain_state(state), out_tok, out_lp, out_valid
 
 
+@functools.partial(jax.jit, donate_argnames=("state",))
+def _move(state: DecodeState, src, dst) -> DecodeState:
+  """Copies slot src[i] into slot dst[i] (everything: cache row, token, turn); out-of-range
+  dst entries are padding and dropped."""
+  move = lambda x: x.at[dst].set(jnp.take(x, src, axis=0, mode="clip"), mode="drop")
+  return constrain_state(jax.tree.map(move, state))
+
+
 def _kv_shape(x: jax.Array, rows: int, length: int) -> tuple[int, ...]:
   shape = list(x.shape)
   shape[0], shape[KV_ENTRY_AXIS] = rows, length
@@ -222,7 +230,8 @@ class Engine:
     self.mesh = mesh
     # Decode windows (one compile each): slot counts and cache lengths; the full size last.
     full = max_cache_len + self.max_chunk
-    self.decode_widths = _buckets(decode_widths, num_slots, (num_slots // 4,))
+    self.decode_widths = _buckets(decode_widths, num_slots,
+                                  [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
     self.decode_lengths = _buckets(decode_lengths, full, (full // 4, full // 2))
 
   @property
@@ -261,6 +270,16 @@ class Engine:
       return state
     with self._mesh():
       return _resize(state, *want, max_stop_ids=self.max_stop_ids)
+
+  def move(self, state: DecodeState, src: Sequence[int], dst: Sequence[int]) -> DecodeState:
+    """Moves slots src[i] to dst[i] (a source left behind is garbage: the caller frees it),
+    so owned slots can be packed low and the capacity shrunk."""
+    if len(src) != len(dst):
+      raise ValueError(f"move: {len(src)} sources but {len(dst)} destinations")
+    rows = self.capacity(state)[0]
+    pad = lambda x: np.array(list(x) + [rows] * (rows - len(x)), np.int32)
+    with self._mesh():
+      return _move(state, pad(src), pad(dst))
 
   def _grow(self, state: DecodeState, slots: int, length: int) -> DecodeState:
     """The state, grown (never shrunk) to hold `slots` slots and `length` entries."""
@@ -344,6 +363,6 @@ class Engine:
 
 
 def _buckets(given: Sequence[int] | None, full: int, default: Sequence[int]) -> tuple[int, ...]:
-  """Sorted window sizes below `full`, then `full` itself."""
+  """Sorted capacity sizes below `full`, then `full` itself."""
   sizes = default if given is None else given
   return tuple(sorted({int(b) for b in sizes if 0 < b < full})) + (full,)

@@ -206,3 +206,27 @@ def test_capacity_follows_the_owned_conversations_and_keeps_idle_caches(model):
   second = run(shared, [Request("a", turns[1], greedy)])["a"].tokens
   assert shared.capacity == (2, 24)
   assert [first, second] == expected
+
+
+def test_owned_slots_are_packed_low_and_continue_exactly(model):
+  """When early slots free up, later conversations move down (cache and all) so the state
+  shrinks to their count; their next turns equal the same conversations run alone."""
+  config = dict(num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps_per_poll=4,
+                decode_widths=(2,), decode_lengths=())
+  params = SamplingParams(5, temperature=1.0, seed=11)
+  first = {c: prompt(6, offset=i) for i, c in enumerate("abcd")}
+  second = {c: prompt(4, offset=30 + i) for i, c in enumerate("abcd")}
+
+  expected = {}
+  for c in "cd":
+    alone = SlotConversationEngine(model, **config)
+    expected[c] = [run(alone, [Request(c, t[c], params)])[c].tokens for t in (first, second)]
+
+  shared = SlotConversationEngine(model, **config)
+  out = run(shared, [Request(c, first[c], params) for c in "abcd"])
+  assert shared.capacity[0] == 4
+  shared.release("a")
+  shared.release("b")
+  again = run(shared, [Request(c, second[c], params) for c in "cd"])
+  assert shared.capacity[0] == 2
+  assert {c: [out[c].tokens, again[c].tokens] for c in "cd"} == expected
