@@ -9,6 +9,7 @@ from flax import nnx
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.kv_cache import KV_ENTRY_AXIS, Rows, read_window, write_entries
 from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
+from spade_jax.model.train_attention import causal_attention
 
 # Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
 # instead of NaNs; its output is never used.
@@ -26,7 +27,9 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   """q [B, T, N, Hd]; k, v [B, S, K, Hd]; mask [B, T, S] bool (True = visible) -> [B, T, N, Hd].
 
   Query head n reads kv head n // (N // K), as Hugging Face's repeat_kv does. Scores and
-  softmax run in fp32; the weighted sum runs in v's dtype.
+  softmax run in fp32; the weighted sum runs in v's dtype. The plain full-square form: the
+  reference the faster paths (train_attention.causal_attention, cached_attention) are
+  tested against.
   """
   return _einsum_attention(q, k, v, mask, scale, "bskh")
 
@@ -95,8 +98,8 @@ class Attention(nnx.Module):
       k, v = (read_window(c, rows, read_len, KV_ENTRY_AXIS).astype(q.dtype)
               for c in new_kv)  # [B, K, S, Hd]
       out = cached_attention(q, k, v, mask, self.scale)
-    else:
-      out = dot_product_attention(q, k, v, mask, self.scale)
+    else:  # the uncached mask is causal: blocked attention skips the keys after each block
+      out = causal_attention(q, k, v, mask, self.scale)
     return self.o_proj(out), new_kv
 
 

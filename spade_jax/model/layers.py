@@ -30,21 +30,30 @@ class Einsum(nnx.Module):
   """A bias-free projection `einsum(spec, x, kernel)` with a kernel of any rank.
 
   Multi-dimensional kernels (e.g. [D, N, Hd] for the query projection) keep heads as their
-  own axis so heads shard over the `tensor` mesh axis without reshapes.
+  own axis so heads shard over the `tensor` mesh axis without reshapes. A spec over [B, T, ...]
+  activations ("bt..." in and out) runs on [B*T, ...]: XLA's CPU backend then compiles the
+  matmul's gradients without transposing the activations (the SwiGLU block's forward and
+  backward on bench-40m, 8 x 512, fp32: -30 % time).
   """
 
   def __init__(self, spec: str, shape: Sequence[int], axes: Sequence[str | None], *,
                param_dtype: jnp.dtype, compute_dtype: jnp.dtype, rngs: nnx.Rngs,
                out_dtype: jnp.dtype | None = None):
     self.spec = spec
+    lhs, out = spec.split(",")[0], spec.split("->")[1]
+    self.flat_spec = spec.replace("bt", "t") if lhs[:2] == out[:2] == "bt" else None
     self.compute_dtype = compute_dtype
     self.out_dtype = out_dtype  # e.g. fp32 logits from bf16 inputs (fp32 accumulation)
     self.kernel = normal_param(rngs, shape, axes, param_dtype)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    return jnp.einsum(self.spec, x.astype(self.compute_dtype),
-                      self.kernel[...].astype(self.compute_dtype),
-                      preferred_element_type=self.out_dtype)
+    x = x.astype(self.compute_dtype)
+    kernel = self.kernel[...].astype(self.compute_dtype)
+    if self.flat_spec is None:
+      return jnp.einsum(self.spec, x, kernel, preferred_element_type=self.out_dtype)
+    y = jnp.einsum(self.flat_spec, x.reshape(-1, *x.shape[2:]), kernel,
+                   preferred_element_type=self.out_dtype)  # [B*T, ...]
+    return y.reshape(*x.shape[:2], *y.shape[1:])
 
 
 class RMSNorm(nnx.Module):

@@ -49,6 +49,7 @@ class RLConfig:
   # Batching and numerics.
   micro_batch_size: int = 0  # rows per gradient-accumulation micro-batch; 0 = whole batch
   logprob_chunk: int = 128  # sequence positions per log-softmax chunk (bounds [B, C, V])
+  logprob_remat: bool = False  # recompute chunk logits in the backward: no [B, T, V] kept
   temperature: float = 1.0  # the engine's sampling temperature; logits are divided by it
 
   def __post_init__(self):

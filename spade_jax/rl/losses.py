@@ -21,12 +21,15 @@ LOG_RATIO_BOUND = 20.0
 
 
 def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk: int,
-                   temperature: float = 1.0) -> tuple[jax.Array, jax.Array]:
+                   temperature: float = 1.0, remat: bool = False,
+                   ) -> tuple[jax.Array, jax.Array]:
   """Returns (logp [B, T], entropy [B, T]) of each token given its prefix.
 
-  The vocabulary projection runs over `chunk` positions at a time inside a rematerialised
-  loop, so neither the forward nor the backward pass holds a [B, T, V] float32 array:
-  only [B, chunk, V] lives at once, and the backward recomputes it from the hidden state.
+  The vocabulary projection runs over `chunk` positions at a time in a loop, so the
+  forward pass holds only [B, chunk, V] float32 logits at once. With `remat` the backward
+  pass recomputes each chunk's logits from the hidden state (one more vocabulary matmul)
+  instead of keeping them, so no [B, T, V] array is ever held; without it the chunks'
+  softmax residuals are kept for the backward pass (about one [B, T, V] float32 array).
   """
   h = model.hidden(tokens, attention_mask=attention_mask)  # [B, T, D]
   b, t, d = h.shape
@@ -39,7 +42,6 @@ def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk
   h_chunks = h_prev.reshape(b, num_chunks, size, d).swapaxes(0, 1)  # [N, B, C, D]
   t_chunks = targets.reshape(b, num_chunks, size).swapaxes(0, 1)  # [N, B, C]
 
-  @jax.checkpoint
   def one_chunk(args):
     hc, tc = args
     logits = model.logits_from_hidden(hc).astype(jnp.float32) / temperature  # [B, C, V]
@@ -49,6 +51,8 @@ def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk
     entropy = logz - jnp.sum(probs * logits, axis=-1)  # [B, C]
     return picked - logz, jax.lax.stop_gradient(entropy)
 
+  if remat:
+    one_chunk = jax.checkpoint(one_chunk)
   logp, entropy = jax.lax.map(one_chunk, (h_chunks, t_chunks))  # [N, B, C] each
   logp = logp.swapaxes(0, 1).reshape(b, -1)[:, :n]
   entropy = entropy.swapaxes(0, 1).reshape(b, -1)[:, :n]

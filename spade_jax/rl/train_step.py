@@ -34,7 +34,8 @@ def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
   """Weighted loss of one micro-batch (already normalised over the full batch)."""
   model = nnx.merge(graphdef, params, rest)
   logp, entropy = token_logprobs(model, mb["tokens"], mb["attention_mask"],
-                                 chunk=cfg.logprob_chunk, temperature=cfg.temperature)
+                                 chunk=cfg.logprob_chunk, temperature=cfg.temperature,
+                                 remat=cfg.logprob_remat)
   per_token, terms = grpo_token_loss(logp, mb["behaviour_logprobs"], ref_logp,
                                      mb["advantages"], mb["loss_mask"], cfg)
   mask = mb["loss_mask"] > 0

@@ -47,6 +47,24 @@ def test_chunked_logprobs_equal_full_log_softmax(model):
                              -(np.exp(full) * full).sum(-1)[:, :-1], rtol=1e-4)
 
 
+def test_logprob_remat_changes_memory_not_values_or_gradients(model):
+  tokens, attention, loss, _ = _episode(4)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+  def run(remat):
+    def total(p):
+      logp, entropy = token_logprobs(nnx.merge(graphdef, p, rest), jnp.asarray(tokens),
+                                     jnp.asarray(attention), chunk=5, remat=remat)
+      return jnp.sum(jnp.where(loss > 0, logp, 0.0)), (logp, entropy)
+    return jax.jit(jax.grad(total, has_aux=True))(params)
+
+  (g_remat, (lp_remat, ent_remat)), (g_kept, (lp_kept, ent_kept)) = run(True), run(False)
+  np.testing.assert_allclose(lp_kept, lp_remat, rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(ent_kept, ent_remat, rtol=1e-6, atol=1e-6)
+  for a, b in zip(jax.tree.leaves(g_kept), jax.tree.leaves(g_remat), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
 def test_loss_gradient_is_exactly_zero_off_the_mask():
   rng = np.random.default_rng(1)
   logp = jnp.asarray(np.log(rng.uniform(0.05, 1, (3, 8))), jnp.float32)
