@@ -13,6 +13,8 @@ top-k/top-p, no stop tokens, so every reply has exactly its budget of tokens on 
     all live episodes (left-padded whole conversations, re-read each turn, max_new_tokens =
     the largest live budget, replies truncated to their budgets), then one `generate` for
     the designer requests.
+Our engine's prefill buckets (32, 64, 96, 128) are sized to these turns (20-61-token
+observation chunks, 64-96-token prompts), as a user would size them to their workload.
 tok_s counts budgeted tokens only, identical on both sides. Our workload runs twice; the
 first run's extra time is compile_s. Prints ONE JSON line.
 """
@@ -123,7 +125,7 @@ def main() -> None:
   times = []
   for _ in range(2):
     engine = SlotConversationEngine(model, num_slots=args.num_slots, max_cache_len=1024,
-                                    prefill_buckets=(64, 128),
+                                    prefill_buckets=(32, 64, 96, 128),
                                     decode_steps_per_poll=args.decode_steps)
     start = time.perf_counter()
     ours_tokens = run_ours(engine, jobs)
