@@ -5,9 +5,10 @@ the position id of the token it came from; -1 marks an empty slot or a padding t
 query at position p attends every entry of its own row with 0 <= pos <= p, so a left-padded
 prompt, a one-token decode step and a new conversation turn are all the same call.
 
-A call may use only part of the cache: some of its rows (`Rows`) and the first `read_len`
-entries of each. New entries are scattered into the whole cache buffers and attention reads
-the window, so a donated cache is updated in place and never copied to or from a window.
+A call may use only some rows of the cache (`Rows`, e.g. the slots a multi-turn append
+writes) and attend only the first `read_len` entries of each. New entries are scattered into
+the whole cache buffers, so a donated cache is updated in place; only the rows read are
+gathered.
 """
 
 from __future__ import annotations
@@ -56,15 +57,14 @@ class KVCache:
     return self.pos.shape[1]
 
 
-
-Rows = int | jax.Array | None  # which cache rows a call uses; see `row_ids`
+Rows = jax.Array | None  # cache rows a call uses: None = all, else an index per input row
 KV_ENTRY_AXIS = 2  # entries axis of the key / value buffers [B, K, S, Hd]
 
 
 def row_ids(rows: Rows, count: int) -> jax.Array:
-  """Cache row of each of the `count` input rows: None or an int W mean rows 0..count-1 (the
-  whole cache, or its first W rows); an int array [count] names the rows."""
-  if rows is None or isinstance(rows, int):
+  """Cache row of each of the `count` input rows: None means rows 0..count-1 (the whole
+  cache); an int array [count] names the rows."""
+  if rows is None:
     return jnp.arange(count, dtype=jnp.int32)
   return rows.astype(jnp.int32)
 
@@ -74,15 +74,11 @@ def read_window(buf: jax.Array, rows: Rows, length: int | None = None,
   """The selected rows of buf [S, ...] and the first `length` entries (None = all) along
   `entry_axis` (1 for pos [S, L], 2 for keys/values [S, K, L, Hd]).
 
-  An int W or None is a static slice; an index array is a gather whose out-of-range rows
-  read the last row (their results are never written).
+  Index arrays gather; out-of-range rows read the last row (their results are never
+  written).
   """
   part = buf if length is None else jax.lax.slice_in_dim(buf, 0, length, axis=entry_axis)
-  if rows is None:
-    return part
-  if isinstance(rows, int):
-    return part[:rows]
-  return jnp.take(part, rows, axis=0, mode="clip")
+  return part if rows is None else jnp.take(part, rows, axis=0, mode="clip")
 
 
 def write_entries(buf: jax.Array, new: jax.Array, rows: Rows, start: jax.Array,
@@ -98,5 +94,5 @@ def write_entries(buf: jax.Array, new: jax.Array, rows: Rows, start: jax.Array,
                                          inserted_window_dims=(0,),
                                          scatter_dims_to_operand_dims=(0, entry_axis))
   return jax.lax.scatter(buf, index, new.astype(buf.dtype), dims,
-                         indices_are_sorted=not isinstance(rows, jax.Array),
+                         indices_are_sorted=rows is None,
                          unique_indices=True, mode=jax.lax.GatherScatterMode.FILL_OR_DROP)

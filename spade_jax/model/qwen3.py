@@ -115,9 +115,9 @@ class Qwen3(nnx.Module):
     position >= 0) and, with segment_ids, in the same segment. Positions default to the count
     of earlier real tokens (per segment), so left padding and packing need no positions.
     With a cache: see kv_cache.py; positions default to continuing each row. `rows` picks the
-    cache rows the B input rows use (None: all, B == cache rows; an int W: the first W; an
-    index array [B]) and `read_len` (static) how many entries of each attention reads; the
-    new entries must land inside it. The returned cache is the whole cache, updated.
+    cache rows the B input rows use (None: all, B == cache rows; else an index array [B])
+    and `read_len` (static) how many entries of each attention reads; the new entries must
+    land inside it. The returned cache is the whole cache, updated.
     """
     ids, positions, valid, segment_ids = self._check_inputs(
         input_ids, positions, attention_mask, segment_ids, cache, rows)
@@ -169,10 +169,8 @@ class Qwen3(nnx.Module):
     if cache is not None:
       if segment_ids is not None:
         raise ValueError("segment_ids (packed rows) cannot be combined with a KV cache")
-      rows_seen = cache.batch_size if rows is None else (
-          rows if isinstance(rows, int) else jnp.shape(rows)[0])
-      if (rows_seen != ids.shape[0] or rows_seen > cache.batch_size
-          or len(cache.k) != self.cfg.num_layers):
+      rows_seen = cache.batch_size if rows is None else jnp.shape(rows)[0]
+      if rows_seen != ids.shape[0] or len(cache.k) != self.cfg.num_layers:
         raise ValueError(f"cache holds {cache.batch_size} rows x {len(cache.k)} layers "
                          f"({rows_seen} selected); input has {ids.shape[0]} rows, model "
                          f"{self.cfg.num_layers} layers")

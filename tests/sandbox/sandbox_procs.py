@@ -29,8 +29,9 @@ def descendants(pid: int) -> set[int]:
   return found
 
 
-def settled_descendants(pid: int, expected: int, timeout_s: float = 3.0) -> set[int]:
-  """Descendants once their number drops to `expected` (kills are asynchronous)."""
+def settled_descendants(pid: int, expected: int, timeout_s: float = 10.0) -> set[int]:
+  """Descendants once their number drops to `expected` (kills are asynchronous; a loaded
+  2-core machine can take seconds to reap them)."""
   deadline = time.monotonic() + timeout_s
   while True:
     found = descendants(pid)
