@@ -159,25 +159,12 @@ def _move(state: DecodeState, src, dst) -> DecodeState:
   return constrain_state(jax.tree.map(move, state))
 
 
-def _kv_shape(x: jax.Array, rows: int, length: int) -> tuple[int, ...]:
-  shape = list(x.shape)
-  shape[0], shape[KV_ENTRY_AXIS] = rows, length
-  return tuple(shape)
-
-
-@functools.partial(jax.jit, static_argnames=("rows", "length", "max_stop_ids"))
-def _resize(state: DecodeState, rows: int, length: int, max_stop_ids: int) -> DecodeState:
+@functools.partial(jax.jit, static_argnames=("cfg", "rows", "length", "max_stop_ids"))
+def _resize(state: DecodeState, cfg, rows: int, length: int, max_stop_ids: int) -> DecodeState:
   """A state of `rows` slots x `length` cache entries holding the overlap with `state`;
   new slots are empty (as init_decode_state makes them)."""
   c = state.cache
-  empty = SlotParams.from_requests([], [], max_stop_ids, rows)
-  new = DecodeState(
-      cache=KVCache(k=tuple(jnp.zeros(_kv_shape(x, rows, length), x.dtype) for x in c.k),
-                    v=tuple(jnp.zeros(_kv_shape(x, rows, length), x.dtype) for x in c.v),
-                    pos=jnp.full((rows, length), -1, jnp.int32),
-                    end=jnp.zeros((rows,), jnp.int32)),
-      token=jnp.zeros((rows,), jnp.int32), count=jnp.zeros((rows,), jnp.int32),
-      slot_params=jax.tree.map(jnp.asarray, empty))
+  new = init_decode_state(cfg, rows, length, max_stop_ids, c.k[0].dtype)
 
   def overlap(dst, src, axes):  # copies the overlap of src into dst along `axes`
     cut = tuple(slice(0, min(dst.shape[a], src.shape[a])) if a in axes else slice(None)
@@ -269,7 +256,7 @@ class Engine:
     if want == self.capacity(state):
       return state
     with self._mesh():
-      return _resize(state, *want, max_stop_ids=self.max_stop_ids)
+      return _resize(state, self.cfg, *want, max_stop_ids=self.max_stop_ids)
 
   def move(self, state: DecodeState, src: Sequence[int], dst: Sequence[int]) -> DecodeState:
     """Moves slots src[i] to dst[i] (a source left behind is garbage: the caller frees it),
