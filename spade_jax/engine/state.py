@@ -18,6 +18,7 @@ from jax.sharding import NamedSharding
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.model import KVCache, constrain, logical_to_spec
+from spade_jax.model.kv_cache import map_with_axes
 
 
 @jax.tree_util.register_dataclass
@@ -94,17 +95,12 @@ def row_buckets(max_rows: int) -> tuple[int, ...]:
   return tuple(out) + (max_rows,)
 
 
-_KV_AXES = ("batch", "kv_heads", "length", "head_dim")
-
-
 def _map_layout(state: DecodeState, fn) -> DecodeState:
   """Applies fn(x, logical axes) to every leaf: slots over the batch axes, kv heads over
   tensor (model.sharding's KV cache rule), everything else replicated."""
   rows = lambda x: fn(x, ("batch",) + (None,) * (x.ndim - 1))
-  kv = lambda x: fn(x, _KV_AXES)
-  c = state.cache
-  cache = KVCache(k=tuple(map(kv, c.k)), v=tuple(map(kv, c.v)), pos=rows(c.pos), end=rows(c.end))
-  return DecodeState(cache=cache, token=rows(state.token), count=rows(state.count),
+  return DecodeState(cache=map_with_axes(state.cache, fn), token=rows(state.token),
+                     count=rows(state.count),
                      slot_params=jax.tree.map(rows, state.slot_params))
 
 

@@ -7,19 +7,13 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.config import ModelConfig
-from spade_jax.model.kv_cache import KV_ENTRY_AXIS, Rows, read_window, write_entries
+from spade_jax.model.kv_cache import K_ENTRY_AXIS, V_ENTRY_AXIS, Rows, read_window, write_entries
 from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
 from spade_jax.model.train_attention import causal_attention
 
 # Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
 # instead of NaNs; its output is never used.
 _MASKED = float(jnp.finfo(jnp.float32).min)
-
-# Decode steps (one query per row) over at most this many cache entries (rows x length) use
-# the multiply-reduce form of `_decode_attention`: on the 2-core dev CPU (bench-40m, fp32) it
-# cut a 56-slot step from 159 to 118 ms at 576 entries a row, but doubled it at 1152 (the
-# fused passes fall out of the CPU caches), where the batched dot is faster.
-_ELEMENTWISE_MAX_ENTRIES = 56 * 576
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -31,31 +25,32 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
   reference the faster paths (train_attention.causal_attention, cached_attention) are
   tested against.
   """
-  return _einsum_attention(q, k, v, mask, scale, "bskh")
+  return _einsum_attention(q, k, v, mask, scale, "bskh", "bskh")
 
 
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                      scale: float) -> jax.Array:
-  """dot_product_attention over keys and values in the cache layout k, v [B, K, S, Hd]."""
-  b, t, n, hd = q.shape
-  kv_heads = k.shape[1]
-  if t == 1 and b * k.shape[2] <= _ELEMENTWISE_MAX_ENTRIES:
-    qg = q.reshape(b, kv_heads, n // kv_heads, hd)  # [B, K, G, Hd]
-    return _decode_attention(qg, k, v, mask[:, 0], scale).reshape(b, t, n, hd)
-  return _einsum_attention(q, k, v, mask, scale, "bksh")
+  """dot_product_attention over keys and values in the cache layout: k [B, K, Hd, S],
+  v [B, K, S, Hd] (see KVCache)."""
+  return _einsum_attention(q, k, v, mask, scale, "bkhs", "bksh")
 
 
-def _einsum_attention(q, k, v, mask, scale, kv_spec: str):
-  """The batched-dot form; kv_spec names the k / v axes ("bskh" or "bksh")."""
+def _einsum_attention(q, k, v, mask, scale, k_spec: str, v_spec: str):
+  """The batched-dot form; k_spec / v_spec name the axes of k / v (b, s, k, h).
+
+  Queries are grouped per kv head as [B, K, T, G, Hd], so each (row, kv head) is one
+  [T*G, Hd] x [Hd, S] product. (With scores laid out [B, K, G, T, S] instead, XLA's CPU
+  backend ran a decode step's dots ~25x slower.)
+  """
   b, t, n, hd = q.shape
-  kv_heads = k.shape[kv_spec.index("k")]
-  qg = q.reshape(b, t, kv_heads, n // kv_heads, hd)  # [B, T, K, G, Hd]
-  scores = jnp.einsum(f"btkgh,{kv_spec}->bkgts", qg, k,
+  kv_heads = k.shape[k_spec.index("k")]
+  qg = q.reshape(b, t, kv_heads, n // kv_heads, hd).swapaxes(1, 2)  # [B, K, T, G, Hd]
+  scores = jnp.einsum(f"bktgh,{k_spec}->bktgs", qg, k,
                       preferred_element_type=jnp.float32) * scale
-  scores = jnp.where(mask[:, None, None], scores, _MASKED)  # [B, K, G, T, S]
+  scores = jnp.where(mask[:, None, :, None], scores, _MASKED)  # [B, K, T, G, S]
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-  out = jnp.einsum(f"bkgts,{kv_spec}->btkgh", probs, v)  # [B, T, K, G, Hd]
-  return out.reshape(b, t, n, hd)
+  out = jnp.einsum(f"bktgs,{v_spec}->bktgh", probs, v)  # [B, K, T, G, Hd]
+  return out.swapaxes(1, 2).reshape(b, t, n, hd)
 
 
 class Attention(nnx.Module):
@@ -83,9 +78,10 @@ class Attention(nnx.Module):
   ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """x [B, T, D]; cos/sin [B, T, Hd]; mask [B, T, S].
 
-    Without a cache S == T. With `kv` (this layer's whole cache k, v [S_all, L, K, Hd]) the
-    new keys and values are first written at `write_at` [B] of the cache rows `rows` (see
-    Qwen3.hidden), then attention reads those rows' first `read_len` entries (S of them).
+    Without a cache S == T. With `kv` (this layer's whole cache: k [S_all, K, Hd, L],
+    v [S_all, K, L, Hd]) the new keys and values are first written at `write_at` [B] of the
+    cache rows `rows` (see Qwen3.hidden), then attention reads those rows' first `read_len`
+    entries (S of them).
     Returns the block output [B, T, D] and the updated (k, v) or None.
     """
     q = apply_rope(self.q_norm(self.q_proj(x)), cos, sin)  # [B, T, N, Hd]
@@ -93,28 +89,12 @@ class Attention(nnx.Module):
     v = self.v_proj(x)  # [B, T, K, Hd]
     new_kv = None
     if kv is not None:
-      new_kv = tuple(write_entries(c, n.swapaxes(1, 2), rows, write_at, KV_ENTRY_AXIS)
-                     for c, n in zip(kv, (k, v), strict=True))
-      k, v = (read_window(c, rows, read_len, KV_ENTRY_AXIS).astype(q.dtype)
-              for c in new_kv)  # [B, K, S, Hd]
+      new_kv = (write_entries(kv[0], k.transpose(0, 2, 3, 1), rows, write_at, K_ENTRY_AXIS),
+                write_entries(kv[1], v.swapaxes(1, 2), rows, write_at, V_ENTRY_AXIS))
+      k = read_window(new_kv[0], rows, read_len, K_ENTRY_AXIS).astype(q.dtype)  # [B, K, Hd, S]
+      v = read_window(new_kv[1], rows, read_len, V_ENTRY_AXIS).astype(q.dtype)  # [B, K, S, Hd]
       out = cached_attention(q, k, v, mask, self.scale)
     else:  # the uncached mask is causal: blocked attention skips the keys after each block
       out = causal_attention(q, k, v, mask, self.scale)
     return self.o_proj(out), new_kv
 
-
-def _decode_attention(qg: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
-                      scale: float) -> jax.Array:
-  """One query per row: qg [B, K, G, Hd]; k, v [B, K, S, Hd]; mask [B, S] -> [B, K, G, Hd].
-
-  Broadcast multiply + reduce instead of einsum: XLA's CPU backend fuses these into passes
-  over each head's contiguous entries, where its batched dot with G (2-8) query rows per
-  head is several times slower. Same maths as the einsum path (fp32 scores and softmax).
-  """
-  f32 = jnp.float32
-  scores = jnp.sum(qg[:, :, :, None].astype(f32) * k[:, :, None].astype(f32),
-                   axis=-1) * scale  # [B, K, G, S]
-  scores = jnp.where(mask[:, None, None], scores, _MASKED)
-  probs = jax.nn.softmax(scores, axis=-1)
-  out = jnp.sum(probs[..., None] * v[:, :, None].astype(f32), axis=3)  # [B, K, G, Hd]
-  return out.astype(v.dtype)

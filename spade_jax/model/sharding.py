@@ -18,6 +18,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
+from spade_jax.model.kv_cache import map_with_axes
+
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
 # logical name -> mesh axes (None = replicated).
@@ -125,10 +127,8 @@ def create_sharded(factory: Callable[[], nnx.Module], mesh: Mesh | None = None) 
 
 def kv_cache_shardings(cache: Any, mesh: Mesh) -> Any:
   """NamedShardings for a KVCache: rows over batch axes, kv heads over tensor."""
-  def spec(x):
-    names = ("batch", "length", "kv_heads", "head_dim")[:np.ndim(x)]
-    return NamedSharding(mesh, logical_to_spec(names, np.shape(x), mesh))
-  return jax.tree.map(spec, cache)
+  return map_with_axes(cache, lambda x, names: NamedSharding(
+      mesh, logical_to_spec(names, np.shape(x), mesh)))
 
 
 def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
