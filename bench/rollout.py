@@ -13,8 +13,10 @@ top-k/top-p, no stop tokens, so every reply has exactly its budget of tokens on 
     all live episodes (left-padded whole conversations, re-read each turn, max_new_tokens =
     the largest live budget, replies truncated to their budgets), then one `generate` for
     the designer requests.
-Our engine's prefill buckets (32, 64, 96, 128) are sized to these turns (20-61-token
-observation chunks, 64-96-token prompts), as a user would size them to their workload.
+Our engine's prefill buckets (32, 64, 96, 128) and its decode blocks of 8 steps per poll are
+sized to these turns (20-61-token observation chunks, 64-96-token prompts, 16-48-token
+replies: a slot whose reply ends mid-block idles until the block ends), as a user would size
+them to their workload.
 tok_s counts budgeted tokens only, identical on both sides. Our workload runs twice; the
 first run's extra time is compile_s. Prints ONE JSON line.
 """
@@ -109,7 +111,7 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--preset", default="bench-40m")
   parser.add_argument("--num-slots", type=int, default=56, help="56: every request has a slot")
-  parser.add_argument("--decode-steps", type=int, default=16)
+  parser.add_argument("--decode-steps", type=int, default=8)
   parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
   args = parser.parse_args()
   torch.set_num_threads(args.threads)
