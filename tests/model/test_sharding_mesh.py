@@ -98,3 +98,12 @@ def test_create_sharded_places_parameters_per_logical_axes():
     assert var[...].sharding == want
   up = np.asarray(mlp.up_proj.kernel[...])
   assert up.shape == (cfg.hidden_size, cfg.intermediate_size) and 0.018 < up.std() < 0.022
+
+
+def test_kv_cache_shardings_put_rows_on_batch_axes_and_kv_heads_on_tensor():
+  cfg = get_preset("tiny")  # 2 kv heads
+  cache = KVCache.init(cfg, 4, 8)
+  shardings = kv_cache_shardings(cache, make_mesh({"fsdp": 4, "tensor": 2}))
+  assert shardings.k[0].spec == P("fsdp", "tensor", None, None)  # [B, K, Hd, S]
+  assert shardings.v[0].spec == P("fsdp", "tensor", None, None)  # [B, K, S, Hd]
+  assert shardings.pos.spec == P("fsdp", None) and shardings.end.spec == P("fsdp")
