@@ -36,7 +36,7 @@ class Einsum(nnx.Module):
   [B*T, contracted] x [contracted, rest]. XLA's CPU backend then compiles the matmul's
   gradients without transposing the activations (the SwiGLU block's forward and backward on
   bench-40m, 8 x 512, fp32: -30 % time), and no longer copies the output projection's kernel
-  into another layout at every decode step (-7 % of an 8-slot step).
+  into another layout at every decode step (an 8-slot decode block: 342 -> 305 ms).
   """
 
   def __init__(self, spec: str, shape: Sequence[int], axes: Sequence[str | None], *,
