@@ -15,7 +15,7 @@ import pathlib
 import re
 from typing import Any
 
-from ml_collections import ConfigDict
+from ml_collections import ConfigDict, config_dict
 
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
 
@@ -68,6 +68,10 @@ def base_config() -> ConfigDict:
   c.engine.max_cache_len = 8192  # tokens per conversation: prompt + every turn
   c.engine.prefill_buckets = (256, 1024, 4096)  # padded prefill lengths (one compile each)
   c.engine.decode_steps_per_poll = 16  # decode steps per poll() between host checks
+  # Capacities the decode state is resized between (one compile of each call per pair); None:
+  # the engine's defaults (docs/engine.md, "Capacity"). Fewer sizes, fewer compiles.
+  c.engine.decode_widths = config_dict.placeholder(tuple)  # slot counts, e.g. (16, 64)
+  c.engine.decode_lengths = config_dict.placeholder(tuple)  # entries a slot, e.g. (2048, 4096)
   c.sandbox = ConfigDict()
   c.sandbox.num_workers = 16  # sandboxed environment processes running at once
   c.sandbox.reset_timeout_s = 2.0  # wall clock for loading a source and reset()
@@ -212,6 +216,11 @@ def _check_rest(config: ConfigDict) -> None:
   e, sb, tr, co = config.engine, config.sandbox, config.train, config.corpus
   for name in ("num_slots", "max_cache_len", "decode_steps_per_poll"):
     _require(isinstance(e[name], int) and e[name] >= 1, f"engine.{name}", e[name], "an int >= 1")
+  for name in ("decode_widths", "decode_lengths"):
+    sizes = e[name]
+    _require(sizes is None or (all(isinstance(b, int) and b >= 1 for b in sizes)
+                               and list(sizes) == sorted(set(sizes))),
+             f"engine.{name}", sizes, "None or increasing ints >= 1")
   buckets = tuple(e.prefill_buckets)
   _require(len(buckets) >= 1 and list(buckets) == sorted(set(buckets)) and buckets[0] >= 1
            and buckets[-1] <= e.max_cache_len, "engine.prefill_buckets", e.prefill_buckets,

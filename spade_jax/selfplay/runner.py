@@ -55,10 +55,12 @@ def seed_entries(setting: str, skills) -> list[MemoryEntry]:
 def build_engine(config: Any, policy, mesh):
   from spade_jax.engine.conversation import SlotConversationEngine
   e = config.engine
+  sizes = lambda given: None if given is None else tuple(int(b) for b in given)
   return SlotConversationEngine(
       policy, num_slots=int(e.num_slots), max_cache_len=int(e.max_cache_len),
-      prefill_buckets=tuple(int(b) for b in e.prefill_buckets),
-      decode_steps_per_poll=int(e.decode_steps_per_poll), mesh=mesh)
+      prefill_buckets=sizes(e.prefill_buckets),
+      decode_steps_per_poll=int(e.decode_steps_per_poll), mesh=mesh,
+      decode_widths=sizes(e.decode_widths), decode_lengths=sizes(e.decode_lengths))
 
 
 def build_pool(config: Any):

@@ -33,6 +33,14 @@ def test_overrides_and_workdir():
   assert tuple(config.selfplay.skills) == ("deduction", "planning") and workdir == "/tmp/w"
 
 
+def test_engine_capacities_default_to_none_and_take_tuples():
+  config, _, _ = _parse("--config=smoke.py")
+  assert config.engine.decode_widths is None and config.engine.decode_lengths is None
+  config, _, _ = _parse("--config=smoke.py", "--config.engine.decode_lengths=(1024, 2048)")
+  assert tuple(config.engine.decode_lengths) == (1024, 2048)
+  config_util.validate(config)
+
+
 def test_typo_in_override_fails():
   with pytest.raises(config_util.ConfigError, match="unknown config field.*selfplay.kk"):
     _parse("--config=smoke.py", "--config.selfplay.kk=3")
@@ -72,6 +80,8 @@ def test_shipped_configs_validate(name, tmp_path):
     ("selfplay.action_format=<a></a>", r"action_format='<a></a>': expected a string"),
     ("corpus.paths=('/no/corpus/*.txt',)", r"corpus.paths: '/no/corpus/\*.txt' matches no"),
     ("engine.prefill_buckets=(512, 8192)", r"prefill_buckets=.*<= engine.max_cache_len"),
+    ("engine.decode_lengths=(4096, 1024)", r"engine.decode_lengths=.*increasing ints"),
+    ("engine.decode_widths=(0, 8)", r"engine.decode_widths=.*increasing ints"),
 ])
 def test_bad_values_fail_naming_the_field(override, message):
   config, _, _ = _parse("--config=smoke.py", f"--config.{override}")
