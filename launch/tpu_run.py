@@ -61,10 +61,22 @@ def _several_hosts() -> bool:
   return len(hosts) > 1 or "JAX_COORDINATOR_ADDRESS" in os.environ
 
 
+def use_compilation_cache(directory: str) -> None:
+  """Points JAX's persistent compilation cache at `directory` ("" leaves it off), so a
+  restarted or resumed run loads its compiled programs instead of compiling them again."""
+  if not directory:
+    return
+  import jax  # pylint: disable=import-outside-toplevel
+  path = os.path.expanduser(directory)
+  os.makedirs(path, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", path)
+
+
 def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
   config_util.validate(config)
   import jax  # pylint: disable=import-outside-toplevel
+  use_compilation_cache(config.train.compilation_cache_dir)
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
     jax.distributed.initialize()
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel

@@ -108,6 +108,9 @@ def base_config() -> ConfigDict:
   c.train.keep_checkpoints = 3  # newest checkpoints kept
   c.train.log_every = 1  # steps between TensorBoard writes
   c.train.num_text_summaries = 3  # environments shown as text each step
+  # Persistent XLA compilation cache shared by runs and resumes ("" = off): a resumed run
+  # skips recompiling the engine's and the trainer's shapes.
+  c.train.compilation_cache_dir = "~/.cache/spade_jax/xla"
   return c
 
 

@@ -41,6 +41,17 @@ def test_engine_capacities_default_to_none_and_take_tuples():
   config_util.validate(config)
 
 
+def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monkeypatch):
+  import jax  # pylint: disable=import-outside-toplevel
+  updates = []
+  monkeypatch.setattr(jax.config, "update", lambda name, value: updates.append((name, value)))
+  tpu_run.use_compilation_cache("")
+  assert not updates
+  tpu_run.use_compilation_cache(os.fspath(tmp_path / "xla"))
+  assert updates == [("jax_compilation_cache_dir", os.fspath(tmp_path / "xla"))]
+  assert (tmp_path / "xla").is_dir()
+
+
 def test_typo_in_override_fails():
   with pytest.raises(config_util.ConfigError, match="unknown config field.*selfplay.kk"):
     _parse("--config=smoke.py", "--config.selfplay.kk=3")
