@@ -63,13 +63,15 @@ def _several_hosts() -> bool:
 
 def use_compilation_cache(directory: str) -> None:
   """Points JAX's persistent compilation cache at `directory` ("" leaves it off), so a
-  restarted or resumed run loads its compiled programs instead of compiling them again."""
+  restarted or resumed run loads its compiled programs instead of compiling them again. A
+  URL (gs://...) is handed to JAX as it is."""
   if not directory:
     return
   import jax  # pylint: disable=import-outside-toplevel
-  path = os.path.expanduser(directory)
-  os.makedirs(path, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", path)
+  if "://" not in directory:
+    directory = os.path.expanduser(directory)
+    os.makedirs(directory, exist_ok=True)
+  jax.config.update("jax_compilation_cache_dir", directory)
 
 
 def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:

@@ -50,6 +50,9 @@ def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monk
   tpu_run.use_compilation_cache(os.fspath(tmp_path / "xla"))
   assert updates == [("jax_compilation_cache_dir", os.fspath(tmp_path / "xla"))]
   assert (tmp_path / "xla").is_dir()
+  tpu_run.use_compilation_cache("gs://bucket/xla")  # a URL is JAX's to open, not a local dir
+  assert updates[-1] == ("jax_compilation_cache_dir", "gs://bucket/xla")
+  assert not os.path.exists("gs:")
 
 
 def test_typo_in_override_fails():
