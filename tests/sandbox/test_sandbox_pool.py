@@ -95,9 +95,13 @@ def test_dead_worker_is_replaced(clean_pool):
 def test_close_leaves_no_process_and_strict_refusal():
   before = descendants(os.getpid())  # the module's pool, if it is up
   pool = SandboxPool(num_workers=2, max_turns=4)
-  pool.reset([(i, COUNTER, i) for i in range(6)])
-  assert len(descendants(os.getpid()) - before) == 2 * 2 + 6
-  pool.close()
+  try:
+    pool.reset([(i, COUNTER, i) for i in range(6)])
+    # The start-up smoke episode is killed asynchronously: wait until its zygote reaped it.
+    now = settled_descendants(os.getpid(), len(before) + 2 * 2 + 6)
+    assert len(now - before) == 2 * 2 + 6
+  finally:  # a failure must not leave this pool's processes to the next tests' checks
+    pool.close()
   assert settled_descendants(os.getpid(), len(before)) == before
   layers = probe.Layers(root=False, namespaces=False, user_namespaces=False, seccomp=False,
                         cgroup_v1=(), bubblewrap=False, machine="x86_64", kernel="")
@@ -129,11 +133,12 @@ def test_validation_results(clean_pool):
 TRAINER = """
 import os, sys, time
 sys.path.insert(0, {tests!r})
-from sandbox_procs import descendants
+from sandbox_procs import settled_descendants
 from spade_jax.sandbox.pool import SandboxPool
 pool = SandboxPool(num_workers=2)
 pool.reset([(i, {env!r}, i) for i in range(4)])
-print(" ".join(map(str, sorted(descendants(os.getpid())))), flush=True)
+# wait until the killed start-up smoke episode is reaped: 2 workers x 2 + 4 episodes
+print(" ".join(map(str, sorted(settled_descendants(os.getpid(), 2 * 2 + 4)))), flush=True)
 time.sleep(60)
 """
 
