@@ -64,7 +64,7 @@ def _several_hosts() -> bool:
 def use_compilation_cache(directory: str) -> None:
   """Points JAX's persistent compilation cache at `directory` ("" leaves it off), so a
   restarted or resumed run loads its compiled programs instead of compiling them again. A
-  URL (gs://...) is handed to JAX as it is."""
+  URL (gs://...) is handed to JAX as it is. Replaces JAX_COMPILATION_CACHE_DIR's setting."""
   if not directory:
     return
   import jax  # pylint: disable=import-outside-toplevel
@@ -78,7 +78,6 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
   config_util.validate(config)
   import jax  # pylint: disable=import-outside-toplevel
-  use_compilation_cache(config.train.compilation_cache_dir)
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
     jax.distributed.initialize()
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
@@ -90,6 +89,7 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
                                   ) from None
   print(f"process {jax.process_index()}/{jax.process_count()}: mesh {dict(mesh.shape)}, "
         f"workdir {workdir}", flush=True)
+  use_compilation_cache(config.train.compilation_cache_dir)
   runner.run(config, workdir, mesh)
 
 

@@ -60,10 +60,10 @@ def smoke_runs(tmp_path_factory):
                "--config.selfplay.k=4",
                "--config.selfplay.max_turns=2", "--config.selfplay.memory.sample_size=0",
                "--config.sampling.designer.max_new_tokens=16",
-               "--config.sampling.agent.max_new_tokens=8"]
+               "--config.sampling.agent.max_new_tokens=8",
+               f"--config.train.compilation_cache_dir={os.path.join(workdir, 'jax_cache')}"]
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(JAX_PLATFORMS="cpu", JAX_COMPILATION_CACHE_DIR=os.path.join(workdir, "jax_cache"),
-             JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  env.update(JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
   def launch(num_steps):
     proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",
