@@ -1,9 +1,10 @@
 """GRPO update throughput against a transformers (PyTorch) training step on the same batch.
 
   .venv/bin/python bench/train_step.py [--iters 3] [--rounds 1] [--presets tiny,bench-40m]
+                                       [--precisions float32,bfloat16]
 
-Prints ONE JSON line. For each preset, at batch 8 x 512 (a 64-token prompt, then 448
-policy tokens carrying loss), fp32:
+Prints ONE JSON line. For each preset and precision, at batch 8 x 512 (a 64-token prompt,
+then 448 policy tokens carrying loss), with fp32 parameters and AdamW state:
 - "jax_tok_s": tokens/s of `Trainer.train_step` (forward + backward + AdamW, with the
   frozen reference policy's log-probs, beta = 0.05), warm; "jax_compile_s" separately;
   "jax_no_ref_tok_s": the same with beta = 0 (no reference forward), the like-for-like
@@ -12,6 +13,9 @@ policy tokens carrying loss), fp32:
   + torch.optim.AdamW step, same weights and tokens (loaded from one checkpoint);
 - "ratio" = jax / torch, and "jax_peak_rss_mb" / "torch_peak_rss_mb": each measured in its
   own subprocess (ru_maxrss), so the two do not share a high-water mark.
+Precision "float32" computes in fp32 on both sides. "bfloat16" is mixed precision on both
+sides: our model with compute_dtype bfloat16 (matmuls read bf16 and accumulate in fp32),
+transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`.
 Each figure is the best of `--iters` warm steps: on a shared machine the fastest step is
 the one least disturbed by other load. `--rounds N` runs the two children alternately N
 times and keeps each side's best, so a burst of outside load cannot land on one side
@@ -36,6 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BATCH, SEQ, PROMPT = 8, 512, 64
+PRECISIONS = ("float32", "bfloat16")
 
 
 def _tokens(vocab: int) -> np.ndarray:
@@ -59,14 +64,14 @@ def _peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def child_jax(checkpoint: str, iters: int) -> dict:
+def child_jax(checkpoint: str, iters: int, precision: str) -> dict:
   import jax
 
-  from spade_jax.model.load import load_model
+  from spade_jax.model.hf_io import from_pretrained
   from spade_jax.rl.batch import AGENT, TrainBatch
   from spade_jax.rl.trainer import Trainer
 
-  model = load_model(checkpoint, dtype="float32")
+  model = from_pretrained(checkpoint, dtype="float32", compute_dtype=precision)
   tokens = _tokens(model.cfg.vocab_size)
   loss_mask = np.zeros((BATCH, SEQ), np.float32)
   loss_mask[:, PROMPT:] = 1
@@ -93,7 +98,7 @@ def child_jax(checkpoint: str, iters: int) -> dict:
   return out
 
 
-def child_torch(checkpoint: str, iters: int) -> dict:
+def child_torch(checkpoint: str, iters: int, precision: str) -> dict:
   import torch
   import transformers
 
@@ -106,7 +111,8 @@ def child_torch(checkpoint: str, iters: int) -> dict:
   labels[:, :PROMPT] = -100
 
   def step():
-    loss = model(input_ids=ids, labels=labels).loss
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+      loss = model(input_ids=ids, labels=labels).loss
     loss.backward()
     opt.step()
     opt.zero_grad(set_to_none=True)
@@ -115,10 +121,10 @@ def child_torch(checkpoint: str, iters: int) -> dict:
   return {"tok_s": BATCH * SEQ / seconds, "peak_rss_mb": _peak_rss_mb()}
 
 
-def _run_child(kind: str, checkpoint: str, iters: int) -> dict:
+def _run_child(kind: str, checkpoint: str, iters: int, precision: str) -> dict:
   out = subprocess.run([sys.executable, __file__, "--child", kind, "--checkpoint", checkpoint,
-                        "--iters", str(iters)], capture_output=True, text=True, check=False,
-                       cwd=ROOT)
+                        "--iters", str(iters), "--precisions", precision],
+                       capture_output=True, text=True, check=False, cwd=ROOT)
   if out.returncode:
     raise RuntimeError(f"{kind} child failed:\n{out.stderr[-3000:]}")
   return json.loads(out.stdout.strip().splitlines()[-1])
@@ -131,17 +137,33 @@ def _best(old: dict, new: dict) -> dict:
   return {k: (min if k == "compile_s" else max)(old[k], new[k]) for k in new}
 
 
+def _compare(path: str, iters: int, rounds: int, precision: str) -> dict:
+  """Both children at one precision, alternated `rounds` times; the figures of the pair."""
+  jax_r, torch_r = {}, {}
+  for _ in range(rounds):
+    jax_r = _best(jax_r, _run_child("jax", path, iters, precision))
+    torch_r = _best(torch_r, _run_child("torch", path, iters, precision))
+  return {"jax_tok_s": round(jax_r["tok_s"], 1), "jax_compile_s": round(jax_r["compile_s"], 1),
+          "jax_peak_rss_mb": round(jax_r["peak_rss_mb"]),
+          "jax_no_ref_tok_s": round(jax_r["no_ref_tok_s"], 1),
+          "torch_tok_s": round(torch_r["tok_s"], 1),
+          "torch_peak_rss_mb": round(torch_r["peak_rss_mb"]),
+          "ratio": round(jax_r["tok_s"] / torch_r["tok_s"], 3),
+          "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["tok_s"], 3)}
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--iters", type=int, default=3)
   parser.add_argument("--rounds", type=int, default=1)
   parser.add_argument("--presets", default="tiny,bench-40m")
+  parser.add_argument("--precisions", default="float32,bfloat16")
   parser.add_argument("--child", choices=("jax", "torch"))
   parser.add_argument("--checkpoint")
   args = parser.parse_args()
   if args.child:
     fn = child_jax if args.child == "jax" else child_torch
-    print(json.dumps(fn(args.checkpoint, args.iters)))
+    print(json.dumps(fn(args.checkpoint, args.iters, args.precisions)))
     return
 
   from flax import nnx
@@ -149,24 +171,17 @@ def main() -> None:
   from spade_jax.model import Qwen3, get_preset
   from spade_jax.model.hf_io import save_pretrained
 
-  result = {"batch": BATCH, "seq": SEQ, "dtype": "float32", "cpu_count": os.cpu_count(),
+  precisions = args.precisions.split(",")
+  unknown = sorted(set(precisions) - set(PRECISIONS))
+  if unknown:
+    parser.error(f"--precisions {unknown}: expected names from {PRECISIONS}")
+  result = {"batch": BATCH, "seq": SEQ, "param_dtype": "float32", "cpu_count": os.cpu_count(),
             "rounds": args.rounds}
   with tempfile.TemporaryDirectory() as tmp:
     for name in args.presets.split(","):
       path = os.path.join(tmp, name)
       save_pretrained(Qwen3(get_preset(name), rngs=nnx.Rngs(0)), path)
-      jax_r, torch_r = {}, {}
-      for _ in range(args.rounds):
-        jax_r = _best(jax_r, _run_child("jax", path, args.iters))
-        torch_r = _best(torch_r, _run_child("torch", path, args.iters))
-      result[name] = {
-          "jax_tok_s": round(jax_r["tok_s"], 1), "jax_compile_s": round(jax_r["compile_s"], 1),
-          "jax_peak_rss_mb": round(jax_r["peak_rss_mb"]),
-          "jax_no_ref_tok_s": round(jax_r["no_ref_tok_s"], 1),
-          "torch_tok_s": round(torch_r["tok_s"], 1),
-          "torch_peak_rss_mb": round(torch_r["peak_rss_mb"]),
-          "ratio": round(jax_r["tok_s"] / torch_r["tok_s"], 3),
-          "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["tok_s"], 3)}
+      result[name] = {p: _compare(path, args.iters, args.rounds, p) for p in precisions}
   print(json.dumps(result))
 
 

@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spade_jax.model.matmul import matmul
+
 # Hugging Face's Qwen3 `initializer_range`: every projection starts as N(0, 0.02^2).
 INIT_STD = 0.02
 
@@ -53,14 +55,15 @@ class Einsum(nnx.Module):
     self.kernel = normal_param(rngs, shape, axes, param_dtype)
 
   def __call__(self, x: jax.Array) -> jax.Array:
-    x = x.astype(self.compute_dtype)
-    kernel = self.kernel[...].astype(self.compute_dtype)
     if not self.matmul:
-      return jnp.einsum(self.spec, x, kernel, preferred_element_type=self.out_dtype)
+      kernel = self.kernel[...].astype(self.compute_dtype)
+      return jnp.einsum(self.spec, x.astype(self.compute_dtype), kernel,
+                        preferred_element_type=self.out_dtype)
     c = self.contracted_axes
-    y = jnp.matmul(x.reshape(x.shape[0] * x.shape[1], -1),
-                   kernel.reshape(math.prod(kernel.shape[:c]), -1),
-                   preferred_element_type=self.out_dtype)  # [B*T, rest]
+    kernel = self.kernel[...]
+    y = matmul(x.reshape(x.shape[0] * x.shape[1], -1),
+               kernel.reshape(math.prod(kernel.shape[:c]), -1),
+               compute_dtype=self.compute_dtype, out_dtype=self.out_dtype)  # [B*T, rest]
     return y.reshape(*x.shape[:2], *kernel.shape[c:])
 
 
@@ -90,9 +93,10 @@ class Embed(nnx.Module):
     return jnp.take(self.embedding[...], ids, axis=0).astype(self.compute_dtype)  # [B, T, D]
 
   def attend(self, h: jax.Array) -> jax.Array:
-    table = self.embedding[...].astype(self.compute_dtype)
-    return jnp.einsum("btd,vd->btv", h.astype(self.compute_dtype), table,
-                      preferred_element_type=jnp.float32)  # [B, T, V]
+    b, t, d = h.shape
+    logits = matmul(h.reshape(b * t, d), self.embedding[...], compute_dtype=self.compute_dtype,
+                    out_dtype=jnp.float32, transpose_w=True)  # [B*T, V]
+    return logits.reshape(b, t, -1)
 
 
 def rope_cos_sin(positions: jax.Array, head_dim: int,
