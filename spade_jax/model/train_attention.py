@@ -10,16 +10,18 @@ its time in element-wise passes and transposes of the [B, N, T, T] score arrays:
   probability array in its stored layout;
 - the backward (`_causal_bwd`) keeps the softmax probabilities and uses the identity
   sum_s p * dp = sum_h dout * out, so the backward makes one element-wise pass over them;
-- the mask enters as an additive bias built at [B, 1, 1, C, S], not as a `where` against
-  a scalar: XLA's CPU dot library fuses the bias into the score matmul but materialises a
-  scalar broadcast at the full [B, K, G*C, S] score shape first;
+- the mask enters as an additive bias built at [B, 1, G*C, S], not as a `where` against
+  a scalar, and the 1/sqrt(Hd) scale multiplies q (and dq), not the scores: XLA's CPU dot
+  library fuses element-wise work into the score matmul, but materialises every scalar
+  operand as a broadcast at the full [B, K, G*C, S] score shape first;
 - the key and value gradients are formed as [B, K, Hd, S] (`q^T @ ds`, `do^T @ p`) and
   transposed once at the end: contracting the query axis of `ds` or `p` directly makes
   their left operand column-major, which the library does not take.
 Measured on the 2-core dev CPU (bench-40m shape, 8 x 512, one core under contention):
-forward + backward of one layer's attention 513 ms -> 206 ms. The bias and the transposed
-key/value gradients then took it (medians of 15 interleaved runs) from 110 to 101 ms in
-fp32 and 96 to 88 ms in bf16; for the `tiny` shape (Hd 16) from 29 to 25 ms.
+forward + backward of one layer's attention 513 ms -> 206 ms. The bias, the scaled q and
+the transposed key/value gradients then took it (medians of 15 interleaved runs, quiet
+machine) from 106 to 88 ms in fp32 and from 94 to 88 ms in bf16 (forward alone: 53 -> 43
+and 49 -> 36 ms); for the `tiny` shape (Hd 16) from 28 to 11 ms.
 
 A query with no visible key (a padding token) gets uniform weights over the keys up to the
 end of its block instead of over all keys; its output is never used (see attention.py).
@@ -71,14 +73,16 @@ def _causal(q, k, v, mask, scale: float, block: int):
 
 def _causal_fwd(q, k, v, mask, scale, block):
   b, kv_heads, g, t, hd = q.shape
+  q = q * scale  # scaled here, not the [B, K, G*C, S] scores (see the module docstring)
   outs, probs = [], []
   for start, end in _blocks(t, block):
     c = end - start
     qf = q[:, :, :, start:end].reshape(b, kv_heads, g * c, hd)  # [B, K, G*C, Hd]
     scores = jnp.einsum("bkqh,bksh->bkqs", qf, k[:, :, :end],
-                        preferred_element_type=jnp.float32) * scale  # [B, K, G*C, S]
+                        preferred_element_type=jnp.float32)  # [B, K, G*C, S]
     bias = jnp.where(mask[:, None, None, start:end, :end], 0.0, _MASK_BIAS)  # [B, 1, 1, C, S]
-    scores = scores + jnp.broadcast_to(bias, (b, kv_heads, g, c, end)).reshape(scores.shape)
+    bias = jnp.broadcast_to(bias, (b, 1, g, c, end)).reshape(b, 1, g * c, end)
+    scores = scores + bias  # broadcast over K
     p = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     outs.append(jnp.einsum("bkqs,bksh->bkqh", p, v[:, :, :end]).reshape(b, kv_heads, g, c, hd))
     probs.append(p)
@@ -87,7 +91,7 @@ def _causal_fwd(q, k, v, mask, scale, block):
 
 
 def _causal_bwd(scale, block, residuals, dout):
-  q, k, v, probs, out = residuals
+  q, k, v, probs, out = residuals  # q is the scaled q
   b, kv_heads, g, t, hd = q.shape
   blocks = _blocks(t, block)
   dqs, dks, dvs = [], [], []
@@ -100,7 +104,7 @@ def _causal_bwd(scale, block, residuals, dout):
     dp = jnp.einsum("bkqh,bksh->bkqs", do, v[:, :, :end], preferred_element_type=jnp.float32)
     # softmax backward: p * (dp - sum_s p dp), with sum_s p dp = sum_h dout * out.
     row = jnp.sum(do.astype(jnp.float32) * o.astype(jnp.float32), axis=-1, keepdims=True)
-    ds = (p.astype(jnp.float32) * (dp - row) * scale).astype(q.dtype)
+    ds = (p.astype(jnp.float32) * (dp - row)).astype(q.dtype)  # d scores
     dqs.append(jnp.einsum("bkqs,bksh->bkqh", ds, k[:, :, :end]).reshape(b, kv_heads, g, c, hd))
     dks.append(jnp.einsum("bkhq,bkqs->bkhs", jnp.swapaxes(qf, 2, 3), ds))  # [B, K, Hd, S]
 
@@ -109,7 +113,7 @@ def _causal_bwd(scale, block, residuals, dout):
                               for j, (start, end) in enumerate(blocks)], axis=3)
     return jnp.swapaxes(summed, 2, 3)  # [B, K, T, Hd]
 
-  return jnp.concatenate(dqs, axis=3), keys_grad(dks), keys_grad(dvs), None
+  return jnp.concatenate(dqs, axis=3) * scale, keys_grad(dks), keys_grad(dvs), None
 
 
 _causal.defvjp(_causal_fwd, _causal_bwd)
