@@ -12,7 +12,11 @@ then 448 policy tokens carrying loss), with fp32 parameters and AdamW state:
 - "torch_tok_s": tokens/s of transformers' Qwen3ForCausalLM forward + backward (LM loss)
   + torch.optim.AdamW step, same weights and tokens (loaded from one checkpoint);
 - "ratio" = jax / torch, and "jax_peak_rss_mb" / "torch_peak_rss_mb": each measured in its
-  own subprocess (ru_maxrss), so the two do not share a high-water mark.
+  own subprocess (ru_maxrss), so the two do not share a high-water mark;
+- "*_gflop_s": the matmul work each side sustains (dense presets; null for MoE): forward +
+  backward is 3 forwards, and our step with the reference adds a fourth. A forward is 2
+  FLOPs per matmul parameter per token, plus causal attention (2 x heads x head_dim x SEQ
+  per layer: QK^T and PV over SEQ / 2 keys on average).
 Precision "float32" computes in fp32 on both sides. "bfloat16" is mixed precision on both
 sides: our model with compute_dtype bfloat16 (matmuls read bf16 and accumulate in fp32),
 transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`.
@@ -137,7 +141,23 @@ def _best(old: dict, new: dict) -> dict:
   return {k: (min if k == "compile_s" else max)(old[k], new[k]) for k in new}
 
 
-def _compare(path: str, iters: int, rounds: int, precision: str) -> dict:
+def _forward_flops_per_token(cfg) -> float | None:
+  """Matmul FLOPs of one token's forward at length SEQ (see the module docstring)."""
+  if cfg.num_experts:
+    return None
+  d, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+  layer_params = 2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size
+  matmul_params = cfg.num_layers * layer_params + d * cfg.vocab_size
+  return 2 * matmul_params + cfg.num_layers * 2 * q * SEQ
+
+
+def _gflop_s(tok_s: float, forward_flops: float | None, forwards: int) -> float | None:
+  """GFLOP/s at `tok_s` for a step of `forwards` forward-equivalents per token."""
+  return None if forward_flops is None else round(tok_s * forwards * forward_flops / 1e9, 1)
+
+
+def _compare(path: str, iters: int, rounds: int, precision: str,
+             forward_flops: float | None) -> dict:
   """Both children at one precision, alternated `rounds` times; the figures of the pair."""
   jax_r, torch_r = {}, {}
   for _ in range(rounds):
@@ -149,7 +169,10 @@ def _compare(path: str, iters: int, rounds: int, precision: str) -> dict:
           "torch_tok_s": round(torch_r["tok_s"], 1),
           "torch_peak_rss_mb": round(torch_r["peak_rss_mb"]),
           "ratio": round(jax_r["tok_s"] / torch_r["tok_s"], 3),
-          "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["tok_s"], 3)}
+          "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["tok_s"], 3),
+          "jax_gflop_s": _gflop_s(jax_r["tok_s"], forward_flops, 4),
+          "jax_no_ref_gflop_s": _gflop_s(jax_r["no_ref_tok_s"], forward_flops, 3),
+          "torch_gflop_s": _gflop_s(torch_r["tok_s"], forward_flops, 3)}
 
 
 def main() -> None:
@@ -180,8 +203,10 @@ def main() -> None:
   with tempfile.TemporaryDirectory() as tmp:
     for name in args.presets.split(","):
       path = os.path.join(tmp, name)
-      save_pretrained(Qwen3(get_preset(name), rngs=nnx.Rngs(0)), path)
-      result[name] = {p: _compare(path, args.iters, args.rounds, p) for p in precisions}
+      cfg = get_preset(name)
+      save_pretrained(Qwen3(cfg, rngs=nnx.Rngs(0)), path)
+      flops = _forward_flops_per_token(cfg)
+      result[name] = {p: _compare(path, args.iters, args.rounds, p, flops) for p in precisions}
   print(json.dumps(result))
 
 
