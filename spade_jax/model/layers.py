@@ -79,7 +79,31 @@ class RMSNorm(nnx.Module):
     x32 = x.astype(jnp.float32)
     var = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
     normed = (x32 * jax.lax.rsqrt(var + self.eps)).astype(x.dtype)
-    return self.scale[...].astype(x.dtype) * normed
+    return scale_multiply(self.scale[...], normed)
+
+
+@jax.custom_vjp
+def scale_multiply(scale: jax.Array, x: jax.Array) -> jax.Array:
+  """scale [D] cast to x's dtype, times x [..., D]; the scale's gradient is summed in fp32.
+
+  Autodiff would sum the scale's gradient over every token in x's dtype: with bf16 compute
+  that is a bf16 sum over B*T (times heads for the q/k norms) terms, off by several percent
+  per element at 8 x 512 tokens. Here the products are summed in fp32 (also faster on CPU).
+  """
+  return scale.astype(x.dtype) * x
+
+
+def _scale_multiply_fwd(scale, x):
+  return scale_multiply(scale, x), (scale, x)
+
+
+def _scale_multiply_bwd(residuals, g):
+  scale, x = residuals
+  products = (g.astype(jnp.float32) * x.astype(jnp.float32)).reshape(-1, x.shape[-1])
+  return jnp.sum(products, axis=0).astype(scale.dtype), g * scale.astype(g.dtype)
+
+
+scale_multiply.defvjp(_scale_multiply_fwd, _scale_multiply_bwd)
 
 
 class Embed(nnx.Module):
