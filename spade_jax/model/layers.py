@@ -99,8 +99,10 @@ def _scale_multiply_fwd(scale, x):
 
 def _scale_multiply_bwd(residuals, g):
   scale, x = residuals
-  products = (g.astype(jnp.float32) * x.astype(jnp.float32)).reshape(-1, x.shape[-1])
-  return jnp.sum(products, axis=0).astype(scale.dtype), g * scale.astype(g.dtype)
+  products = g.astype(jnp.float32) * x.astype(jnp.float32)  # [..., D]
+  # Summed over the leading axes in place (no reshape), so sharded axes reduce locally first.
+  d_scale = jnp.sum(products, axis=tuple(range(x.ndim - 1)))
+  return d_scale.astype(scale.dtype), g * scale.astype(g.dtype)
 
 
 scale_multiply.defvjp(_scale_multiply_fwd, _scale_multiply_bwd)
