@@ -160,13 +160,28 @@ class _Fns(NamedTuple):
 # compiled steps instead of compiling again.
 _COMPILED: dict[tuple, _Fns] = {}
 
+# XLA's CPU scheduler by default orders the step for concurrency (independent ops run side
+# by side). Its memory-optimised order keeps fewer buffers live: measured on the 2-core dev
+# CPU, the bench-40m GRPO step (8 x 512, with the reference forward) needs 2.3 GB of
+# scratch memory instead of 3.1 (bf16 compute; fp32 2.9 instead of 3.6) and runs 1-7 %
+# faster in bf16, unchanged in fp32 (docs/rl.md).
+_CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
+
+
+def _step_compiler_options(mesh: Mesh | None) -> dict[str, str] | None:
+  """XLA options for the train step on the platform it compiles for (CPU only)."""
+  platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
+  return dict(_CPU_STEP_OPTIONS) if platform == "cpu" else None
+
 
 def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
   tx = make_optimizer(cfg)
   step_fn = functools.partial(train_step, graphdef=graphdef, tx=tx, cfg=cfg)
   copy = functools.partial(jax.tree.map, jnp.copy)
+  options = _step_compiler_options(mesh)
   if mesh is None:
-    return _Fns(jax.jit(tx.init), jax.jit(copy), jax.jit(step_fn, donate_argnums=(0, 1)), None)
+    step = jax.jit(step_fn, donate_argnums=(0, 1), compiler_options=options)
+    return _Fns(jax.jit(tx.init), jax.jit(copy), step, None)
   replicated = NamedSharding(mesh, PartitionSpec())
   batch_axes = tuple(a for a in BATCH_AXES if mesh.shape.get(a, 1) > 1)
   batch_sh = NamedSharding(mesh, PartitionSpec(None, batch_axes or None))
@@ -176,6 +191,6 @@ def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
   step = jax.jit(step_fn, donate_argnums=(0, 1),
                  in_shardings=(param_sh, opt_sh, param_sh if cfg.beta > 0 else None,
                                jax.tree.map(lambda x: x.sharding, rest), batch_sh),
-                 out_shardings=(param_sh, opt_sh, replicated))
+                 out_shardings=(param_sh, opt_sh, replicated), compiler_options=options)
   return _Fns(jax.jit(tx.init, out_shardings=opt_sh), jax.jit(copy, out_shardings=param_sh),
               step, batch_sh)
