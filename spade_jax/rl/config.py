@@ -18,6 +18,7 @@ from spade_jax.rl.aggregation import AGGREGATIONS
 from spade_jax.rl.kl import KL_ESTIMATORS
 
 SCHEDULES = ("constant", "cosine")
+LOGPROB_POSITIONS = ("loss", "all")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,13 +49,16 @@ class RLConfig:
   designer_weight: float = 1.0
   # Batching and numerics.
   micro_batch_size: int = 0  # rows per gradient-accumulation micro-batch; 0 = whole batch
-  logprob_chunk: int = 128  # sequence positions per log-softmax chunk (bounds [B, C, V])
+  logprob_chunk: int = 64  # sequence positions per log-softmax chunk (bounds [B, C, V])
+  # "loss": logits only at loss positions (step_inputs.loss_positions); "all": every position.
+  logprob_positions: str = "loss"
   logprob_remat: bool = False  # recompute chunk logits in the backward: no [B, T, V] kept
   temperature: float = 1.0  # the engine's sampling temperature; logits are divided by it
 
   def __post_init__(self):
     for name, options in (("schedule", SCHEDULES), ("kl_estimator", tuple(KL_ESTIMATORS)),
                           ("loss_agg", tuple(AGGREGATIONS)),
+                          ("logprob_positions", LOGPROB_POSITIONS),
                           ("adv_estimator", tuple(ADVANTAGE_ESTIMATORS))):
       if getattr(self, name) not in options:
         raise ValueError(f"config.rl.{name}={getattr(self, name)!r}; expected one of {options}")

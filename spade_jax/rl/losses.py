@@ -22,7 +22,7 @@ LOG_RATIO_BOUND = 20.0
 
 def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk: int,
                    temperature: float = 1.0, remat: bool = False,
-                   ) -> tuple[jax.Array, jax.Array]:
+                   positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """Returns (logp [B, T], entropy [B, T]) of each token given its prefix.
 
   The vocabulary projection runs over `chunk` positions at a time in a loop, so the
@@ -30,17 +30,35 @@ def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk
   pass recomputes each chunk's logits from the hidden state (one more vocabulary matmul)
   instead of keeping them, so no [B, T, V] array is ever held; without it the chunks'
   softmax residuals are kept for the backward pass (about one [B, T, V] float32 array).
+
+  `positions` [B, L] (ascending positions >= 1 of each row, then 0 for unused slots; see
+  `step_inputs.loss_positions`) limits the vocabulary projection to those positions: every
+  other position gets logp = entropy = 0, as position 0 always does. Prompts and
+  environment observations carry no loss, so their logits are not computed at all.
   """
   h = model.hidden(tokens, attention_mask=attention_mask)  # [B, T, D]
-  b, t, d = h.shape
-  n = t - 1  # positions that predict a next token
+  b, t, _ = h.shape
+  if positions is None:
+    logp, entropy = _chunked_logprobs(model, h[:, :-1], tokens[:, 1:], chunk, temperature,
+                                      remat)  # [B, T - 1]
+    zero = jnp.zeros((b, 1), jnp.float32)
+    return jnp.concatenate([zero, logp], axis=1), jnp.concatenate([zero, entropy], axis=1)
+  h_prev = jnp.take_along_axis(h, jnp.maximum(positions - 1, 0)[..., None], axis=1)  # [B, L, D]
+  targets = jnp.take_along_axis(tokens, positions, axis=1)  # [B, L]
+  logp, entropy = _chunked_logprobs(model, h_prev, targets, chunk, temperature, remat)
+  return _at_positions(logp, positions, t), _at_positions(entropy, positions, t)
+
+
+def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int, temperature: float,
+                      remat: bool) -> tuple[jax.Array, jax.Array]:
+  """h [B, N, D] predicts targets [B, N] -> (logp, entropy) [B, N], `chunk` positions a time."""
+  b, n, d = h.shape
   num_chunks = -(-n // chunk)
   size = min(chunk, n)
   pad = num_chunks * size - n
-  h_prev = jnp.pad(h[:, :-1], ((0, 0), (0, pad), (0, 0)))  # [B, n + pad, D]
-  targets = jnp.pad(tokens[:, 1:], ((0, 0), (0, pad)))  # [B, n + pad]
-  h_chunks = h_prev.reshape(b, num_chunks, size, d).swapaxes(0, 1)  # [N, B, C, D]
-  t_chunks = targets.reshape(b, num_chunks, size).swapaxes(0, 1)  # [N, B, C]
+  h_chunks = jnp.pad(h, ((0, 0), (0, pad), (0, 0))).reshape(b, num_chunks, size, d)
+  h_chunks = h_chunks.swapaxes(0, 1)  # [N / C, B, C, D]
+  t_chunks = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, num_chunks, size).swapaxes(0, 1)
 
   def one_chunk(args):
     hc, tc = args
@@ -53,11 +71,16 @@ def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk
 
   if remat:
     one_chunk = jax.checkpoint(one_chunk)
-  logp, entropy = jax.lax.map(one_chunk, (h_chunks, t_chunks))  # [N, B, C] each
-  logp = logp.swapaxes(0, 1).reshape(b, -1)[:, :n]
-  entropy = entropy.swapaxes(0, 1).reshape(b, -1)[:, :n]
-  zero = jnp.zeros((b, 1), jnp.float32)
-  return jnp.concatenate([zero, logp], axis=1), jnp.concatenate([zero, entropy], axis=1)
+  logp, entropy = jax.lax.map(one_chunk, (h_chunks, t_chunks))  # [N / C, B, C] each
+  return (logp.swapaxes(0, 1).reshape(b, -1)[:, :n],
+          entropy.swapaxes(0, 1).reshape(b, -1)[:, :n])
+
+
+def _at_positions(values: jax.Array, positions: jax.Array, length: int) -> jax.Array:
+  """values [B, L] placed at positions [B, L] of a zero [B, length]; slots at 0 add 0."""
+  rows = jnp.arange(values.shape[0])[:, None]
+  values = jnp.where(positions > 0, values, 0.0)
+  return jnp.zeros((values.shape[0], length), values.dtype).at[rows, positions].add(values)
 
 
 def grpo_token_loss(logp: jax.Array, behaviour_logp: jax.Array, ref_logp: jax.Array | None,

@@ -4,6 +4,11 @@ The step sees fixed shapes so it compiles rarely: the sequence length is padded 
 power of two (at least MIN_LENGTH) and the rows up to a whole number of micro-batches,
 each a multiple of the mesh's data x fsdp size. Padding rows have zero loss weight and
 an all-ones attention mask (so no attention row is empty and nothing can become NaN).
+
+With `chunk` set, the batch also carries each row's loss positions ("positions" [M, mb, L],
+`loss_positions`), so the step computes logits only there. L is the largest row's count
+rounded up to a multiple of max(chunk, T / 8) (a multiple of chunk): at most 8 shapes, and
+so at most 8 compilations, per padded length.
 """
 
 from __future__ import annotations
@@ -19,6 +24,16 @@ MIN_LENGTH = 16
 def padded_length(t: int) -> int:
   """Next power of two >= max(t, MIN_LENGTH)."""
   return max(MIN_LENGTH, 1 << (max(t, 1) - 1).bit_length())
+
+
+def loss_positions(loss_mask: np.ndarray, chunk: int) -> np.ndarray:
+  """[rows, T] 0/1 -> [rows, L] int32: each row's loss positions ascending, then zeros."""
+  rows, length = loss_mask.shape
+  counts = (loss_mask > 0).sum(axis=1)
+  step = chunk * max(1, length // 8 // chunk)
+  width = min(length, -(-max(int(counts.max(initial=0)), 1) // step) * step)
+  order = np.argsort(loss_mask <= 0, axis=1, kind="stable")[:, :width]  # loss positions first
+  return np.where(np.arange(width) < counts[:, None], order, 0).astype(np.int32)
 
 
 def check_batch(batch: TrainBatch, vocab_size: int) -> None:
@@ -48,8 +63,11 @@ def check_batch(batch: TrainBatch, vocab_size: int) -> None:
 
 def prepare_batch(batch: TrainBatch, advantages: np.ndarray, weights: np.ndarray, *,
                   micro_batch_size: int, multiple_of: int, vocab_size: int,
-                  ) -> dict[str, np.ndarray]:
-  """Checks, pads and reshapes to {name: [M, mb, T] (or [M, mb])} numpy arrays."""
+                  chunk: int | None = None) -> dict[str, np.ndarray]:
+  """Checks, pads and reshapes to {name: [M, mb, T] (or [M, mb])} numpy arrays.
+
+  With `chunk`, adds "positions" [M, mb, L] (see the module docstring).
+  """
   check_batch(batch, vocab_size)
   b, t = batch.tokens.shape
   mb = micro_batch_size or -(-b // multiple_of) * multiple_of
@@ -64,7 +82,7 @@ def prepare_batch(batch: TrainBatch, advantages: np.ndarray, weights: np.ndarray
       out[b:] = fill  # padding rows
     return out.reshape(rows // mb, mb, *out.shape[1:])
 
-  return {
+  arrays = {
       "tokens": pad(batch.tokens, 0, np.int32),
       "attention_mask": pad(batch.attention_mask, 1, np.int32),
       "loss_mask": pad(batch.loss_mask, 0, np.float32),
@@ -73,3 +91,8 @@ def prepare_batch(batch: TrainBatch, advantages: np.ndarray, weights: np.ndarray
       "weights": pad(weights, 0, np.float32),
       "advantages": pad(advantages, 0, np.float32),
   }
+  if chunk is not None:
+    loss = arrays["loss_mask"]
+    arrays["positions"] = loss_positions(loss.reshape(rows, length), chunk).reshape(
+        *loss.shape[:2], -1)
+  return arrays

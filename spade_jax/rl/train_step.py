@@ -9,6 +9,7 @@ with explicit in/out shardings (taken from the model's parameter shardings) and 
   tokens, attention_mask      [M, mb, T] int32
   loss_mask, behaviour_logprobs, weights  [M, mb, T] float32 (weights: aggregation.py)
   advantages                  [M, mb] float32
+  positions (optional)        [M, mb, L] int32: where logits are needed (step_inputs.py)
 Micro-batches run in a `lax.scan` that sums gradients; because the token weights are
 normalised over the whole batch, the sum is exactly the full-batch gradient.
 """
@@ -35,7 +36,7 @@ def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
   model = nnx.merge(graphdef, params, rest)
   logp, entropy = token_logprobs(model, mb["tokens"], mb["attention_mask"],
                                  chunk=cfg.logprob_chunk, temperature=cfg.temperature,
-                                 remat=cfg.logprob_remat)
+                                 remat=cfg.logprob_remat, positions=mb.get("positions"))
   per_token, terms = grpo_token_loss(logp, mb["behaviour_logprobs"], ref_logp,
                                      mb["advantages"], mb["loss_mask"], cfg)
   mask = mb["loss_mask"] > 0
@@ -58,7 +59,8 @@ def reference_logprobs(ref_params, rest, mb: dict[str, jax.Array], *, graphdef,
   """Log-probs [mb, T] of the frozen reference policy (no gradient)."""
   model = nnx.merge(graphdef, ref_params, rest)
   logp, _ = token_logprobs(model, mb["tokens"], mb["attention_mask"],
-                           chunk=cfg.logprob_chunk, temperature=cfg.temperature)
+                           chunk=cfg.logprob_chunk, temperature=cfg.temperature,
+                           positions=mb.get("positions"))
   return jax.lax.stop_gradient(logp)
 
 

@@ -104,8 +104,10 @@ class Trainer:
         bessel=self.cfg.adv_std_bessel, eps=self.cfg.adv_eps,
         role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight})
     weights = token_weights(batch.loss_mask, self.cfg.loss_agg)
+    chunk = self.cfg.logprob_chunk if self.cfg.logprob_positions == "loss" else None
     arrays = prepare_batch(batch, adv, weights, micro_batch_size=self.cfg.micro_batch_size,
-                           multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size)
+                           multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size,
+                           chunk=chunk)
     with self._mesh_ctx():
       if self.mesh is not None:
         arrays = jax.device_put(arrays, self._fns.batch_sharding)

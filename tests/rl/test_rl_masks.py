@@ -10,6 +10,7 @@ from spade_jax.model import Qwen3, get_preset
 from spade_jax.rl.aggregation import token_weights
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_token_loss, token_logprobs
+from spade_jax.rl.step_inputs import loss_positions
 from spade_jax.rl.train_step import _micro_loss
 
 CFG = RLConfig(beta=0.1, kl_estimator="k3", logprob_chunk=5)
@@ -63,6 +64,45 @@ def test_logprob_remat_changes_memory_not_values_or_gradients(model):
   np.testing.assert_allclose(ent_kept, ent_remat, rtol=1e-6, atol=1e-6)
   for a, b in zip(jax.tree.leaves(g_kept), jax.tree.leaves(g_remat), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+
+
+def test_loss_positions_are_ascending_then_zero_in_at_most_eight_widths():
+  mask = np.zeros((3, 512), np.float32)
+  mask[0, 64:] = 1  # 448 loss tokens
+  mask[1, [5, 9, 300]] = 1
+  positions = loss_positions(mask, chunk=64)
+  assert positions.shape == (3, 448) and positions.dtype == np.int32
+  np.testing.assert_array_equal(positions[0], np.arange(64, 512))
+  np.testing.assert_array_equal(positions[1, :4], [5, 9, 300, 0])
+  assert not positions[1, 3:].any() and not positions[2].any()  # row 2 has no loss
+  # Widths are multiples of max(chunk, T / 8), capped at T.
+  assert loss_positions(mask[1:], chunk=64).shape == (2, 64)
+  assert loss_positions(np.ones((1, 2048)), chunk=64).shape == (1, 2048)
+  assert loss_positions(np.eye(1, 2048, 7), chunk=64).shape == (1, 256)
+  assert loss_positions(np.zeros((2, 16)), chunk=64).shape == (2, 16)
+
+
+def test_logprobs_at_loss_positions_equal_the_full_pass_values_and_gradients(model):
+  tokens, attention, loss, _ = _episode(5)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+  positions = jnp.asarray(loss_positions(loss, chunk=5))
+  weights = jnp.asarray(np.random.default_rng(6).normal(size=loss.shape), jnp.float32)
+
+  def run(pos):
+    def total(p):
+      logp, entropy = token_logprobs(nnx.merge(graphdef, p, rest), jnp.asarray(tokens),
+                                     jnp.asarray(attention), chunk=5, positions=pos)
+      return jnp.sum(jnp.where(loss > 0, weights * logp, 0.0)), (logp, entropy)
+    return jax.jit(jax.grad(total, has_aux=True))(params)
+
+  (g_all, (lp_all, ent_all)), (g_pos, (lp_pos, ent_pos)) = run(None), run(positions)
+  on = loss > 0
+  np.testing.assert_allclose(np.asarray(lp_pos)[on], np.asarray(lp_all)[on], rtol=1e-6,
+                             atol=1e-6)
+  np.testing.assert_allclose(np.asarray(ent_pos)[on], np.asarray(ent_all)[on], rtol=1e-6)
+  assert not np.asarray(lp_pos)[~on].any() and not np.asarray(ent_pos)[~on].any()
+  for a, b in zip(jax.tree.leaves(g_all), jax.tree.leaves(g_pos), strict=True):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
 
 
 def test_loss_gradient_is_exactly_zero_off_the_mask():

@@ -75,6 +75,18 @@ def test_gradient_accumulation_equals_one_full_batch(initial):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+def test_logits_at_loss_positions_only_train_like_logits_everywhere(initial):
+  compact = Trainer(RL, _model(initial))  # logprob_positions="loss" (the default)
+  full = Trainer(dict(RL, logprob_positions="all"), _model(initial))
+  for step in range(2):
+    m_compact, m_full = compact.train_step(_batch(step)), full.train_step(_batch(step))
+    for key in ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_max"):
+      np.testing.assert_allclose(m_compact[key], m_full[key], rtol=2e-5, atol=1e-7,
+                                 err_msg=key)
+  for a, b in zip(_leaves(compact.params), _leaves(full.params), strict=True):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial):
   graphdef, state = initial
   bf16 = Qwen3(get_preset("tiny", compute_dtype="bfloat16"), rngs=nnx.Rngs(0))
