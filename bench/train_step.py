@@ -16,7 +16,9 @@ then 448 policy tokens carrying loss), with fp32 parameters and AdamW state:
 - "*_gflop_s": the matmul work each side sustains (dense presets; null for MoE): forward +
   backward is 3 forwards, and our step with the reference adds a fourth. A forward is 2
   FLOPs per matmul parameter per token, plus causal attention (2 x heads x head_dim x SEQ
-  per layer: QK^T and PV over SEQ / 2 keys on average).
+  per layer: QK^T and PV over SEQ / 2 keys on average). The vocabulary matmul counts at
+  the positions each side computes logits: transformers all SEQ, ours the loss positions
+  (SEQ - PROMPT; `logprob_positions="loss"`).
 Precision "float32" computes in fp32 on both sides. "bfloat16" is mixed precision on both
 sides: our model with compute_dtype bfloat16 (matmuls read bf16 and accumulate in fp32),
 transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`.
@@ -141,13 +143,14 @@ def _best(old: dict, new: dict) -> dict:
   return {k: (min if k == "compile_s" else max)(old[k], new[k]) for k in new}
 
 
-def _forward_flops_per_token(cfg) -> float | None:
-  """Matmul FLOPs of one token's forward at length SEQ (see the module docstring)."""
+def _forward_flops_per_token(cfg, vocab_share: float) -> float | None:
+  """Matmul FLOPs of one token's forward at length SEQ (see the module docstring), with
+  logits at `vocab_share` of the positions."""
   if cfg.num_experts:
     return None
   d, q, kv = cfg.hidden_size, cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
   layer_params = 2 * d * q + 2 * d * kv + 3 * d * cfg.intermediate_size
-  matmul_params = cfg.num_layers * layer_params + d * cfg.vocab_size
+  matmul_params = cfg.num_layers * layer_params + vocab_share * d * cfg.vocab_size
   return 2 * matmul_params + cfg.num_layers * 2 * q * SEQ
 
 
@@ -157,7 +160,7 @@ def _gflop_s(tok_s: float, forward_flops: float | None, forwards: int) -> float 
 
 
 def _compare(path: str, iters: int, rounds: int, precision: str,
-             forward_flops: float | None) -> dict:
+             flops: tuple[float | None, float | None]) -> dict:
   """Both children at one precision, alternated `rounds` times; the figures of the pair."""
   jax_r, torch_r = {}, {}
   for _ in range(rounds):
@@ -170,9 +173,9 @@ def _compare(path: str, iters: int, rounds: int, precision: str,
           "torch_peak_rss_mb": round(torch_r["peak_rss_mb"]),
           "ratio": round(jax_r["tok_s"] / torch_r["tok_s"], 3),
           "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["tok_s"], 3),
-          "jax_gflop_s": _gflop_s(jax_r["tok_s"], forward_flops, 4),
-          "jax_no_ref_gflop_s": _gflop_s(jax_r["no_ref_tok_s"], forward_flops, 3),
-          "torch_gflop_s": _gflop_s(torch_r["tok_s"], forward_flops, 3)}
+          "jax_gflop_s": _gflop_s(jax_r["tok_s"], flops[0], 4),
+          "jax_no_ref_gflop_s": _gflop_s(jax_r["no_ref_tok_s"], flops[0], 3),
+          "torch_gflop_s": _gflop_s(torch_r["tok_s"], flops[1], 3)}
 
 
 def main() -> None:
@@ -205,7 +208,8 @@ def main() -> None:
       path = os.path.join(tmp, name)
       cfg = get_preset(name)
       save_pretrained(Qwen3(cfg, rngs=nnx.Rngs(0)), path)
-      flops = _forward_flops_per_token(cfg)
+      flops = (_forward_flops_per_token(cfg, (SEQ - PROMPT) / SEQ),  # ours, transformers
+               _forward_flops_per_token(cfg, 1.0))
       result[name] = {p: _compare(path, args.iters, args.rounds, p, flops) for p in precisions}
   print(json.dumps(result))
 

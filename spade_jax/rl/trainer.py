@@ -61,8 +61,11 @@ class Trainer:
     self._dp = 1
     if mesh is not None:
       params = jax.device_put(params, state_shardings(params, mesh))
-      nnx.update(model, params)
       self._dp = int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
+    else:
+      self._device = next(iter(jax.tree.leaves(params)[0].devices()))
+      params, self._rest = self._placed(params), self._placed(self._rest)
+    nnx.update(model, params)
     if self.cfg.micro_batch_size % self._dp:
       raise ValueError(f"config.rl.micro_batch_size={self.cfg.micro_batch_size} must be a "
                        f"multiple of the mesh's data x fsdp size {self._dp}")
@@ -71,9 +74,9 @@ class Trainer:
       _COMPILED[key] = _compile(graphdef, self.cfg, mesh, params, self._rest)
     self._fns = _COMPILED[key]
     with self._mesh_ctx():
-      self.opt_state = self._fns.init(params)
+      self.opt_state = self._placed(self._fns.init(params))
       # The reference is a separate frozen copy (the policy's buffers are donated each step).
-      self.ref_params = self._fns.copy(params) if self.cfg.beta > 0 else None
+      self.ref_params = self._placed(self._fns.copy(params)) if self.cfg.beta > 0 else None
 
   @classmethod
   def from_config(cls, config: Any, model: nnx.Module, mesh: Mesh | None = None,
@@ -134,8 +137,8 @@ class Trainer:
                                                abstract_like(self.opt_state))
     if restored is None:
       return None
-    nnx.update(self.policy, restored.params)
-    self.opt_state = restored.opt_state
+    nnx.update(self.policy, self._placed(restored.params))
+    self.opt_state = self._placed(restored.opt_state)
     self.step = restored.step
     if restored.rng is not None:
       self._rng = jnp.asarray(restored.rng)
@@ -145,6 +148,15 @@ class Trainer:
     """Waits for pending checkpoint writes."""
     if self.checkpoints is not None:
       self.checkpoints.close()
+
+  def _placed(self, tree: Any) -> Any:
+    """Without a mesh, `tree` committed to the policy's device (with one, unchanged).
+
+    The unsharded step is jitted without explicit shardings, so it compiles again whenever
+    an argument's committed flag changes: e.g. parameters loaded with `device_put` beside
+    an optimiser state built from constants made the second step compile a second time.
+    """
+    return tree if self.mesh is not None else jax.device_put(tree, self._device)
 
   def _mesh_ctx(self):
     return jax.set_mesh(self.mesh) if self.mesh is not None else contextlib.nullcontext()

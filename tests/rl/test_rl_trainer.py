@@ -213,3 +213,14 @@ def test_cpu_step_is_compiled_with_the_memory_optimised_schedule(initial):
     return jitted.lower(*captured[0]).compile().memory_analysis().temp_size_in_bytes
 
   assert scratch_bytes(step) < scratch_bytes(jax.jit(step.__wrapped__))
+
+
+@pytest.mark.parametrize("committed", [False, True])
+def test_step_compiles_once_whether_or_not_the_parameters_are_committed(initial, committed):
+  model = _model(initial)
+  if committed:  # as from_pretrained leaves them
+    nnx.update(model, jax.device_put(nnx.state(model, nnx.Param), jax.devices()[0]))
+  trainer = Trainer(dict(RL, learning_rate=1e-3 if committed else 2e-3), model)
+  for step in range(3):
+    trainer.train_step(_batch(step))
+  assert trainer._fns.step._cache_size() == 1
