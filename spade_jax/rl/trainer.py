@@ -63,7 +63,7 @@ class Trainer:
       params = jax.device_put(params, state_shardings(params, mesh))
       self._dp = int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
     else:
-      self._device = next(iter(jax.tree.leaves(params)[0].devices()))
+      self._device = _first_device(params)
       params, self._rest = self._placed(params), self._placed(self._rest)
     nnx.update(model, params)
     if self.cfg.micro_batch_size % self._dp:
@@ -182,17 +182,20 @@ _COMPILED: dict[tuple, _Fns] = {}
 _CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 
 
-def _step_compiler_options(mesh: Mesh | None) -> dict[str, str] | None:
-  """XLA options for the train step on the platform it compiles for (CPU only)."""
-  platform = mesh.devices.flat[0].platform if mesh is not None else jax.default_backend()
-  return dict(_CPU_STEP_OPTIONS) if platform == "cpu" else None
+def _step_compiler_options(params) -> dict[str, str] | None:
+  """XLA options for the train step on the platform of `params` (CPU only)."""
+  return dict(_CPU_STEP_OPTIONS) if _first_device(params).platform == "cpu" else None
+
+
+def _first_device(tree) -> jax.Device:
+  return next(iter(jax.tree.leaves(tree)[0].devices()))
 
 
 def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
   tx = make_optimizer(cfg)
   step_fn = functools.partial(train_step, graphdef=graphdef, tx=tx, cfg=cfg)
   copy = functools.partial(jax.tree.map, jnp.copy)
-  options = _step_compiler_options(mesh)
+  options = _step_compiler_options(params)
   if mesh is None:
     step = jax.jit(step_fn, donate_argnums=(0, 1), compiler_options=options)
     return _Fns(jax.jit(tx.init), jax.jit(copy), step, None)

@@ -49,19 +49,26 @@ def _leaves(tree):
   return [np.asarray(x) for x in jax.tree.leaves(tree)]
 
 
+def _train_alike(expected: Trainer, actual: Trainer, keys, *, metric_atol: float) -> dict:
+  """Two steps of each on the same batches: metrics and parameters must agree."""
+  for step in range(2):
+    m_expected, m_actual = expected.train_step(_batch(step)), actual.train_step(_batch(step))
+    for key in keys:
+      np.testing.assert_allclose(m_actual[key], m_expected[key], rtol=2e-5, atol=metric_atol,
+                                 err_msg=key)
+  for a, b in zip(_leaves(expected.params), _leaves(actual.params), strict=True):
+    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  return m_expected
+
+
 def test_sharded_step_equals_unsharded(initial):
   plain = Trainer(RL, _model(initial))
   mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
   sharded = Trainer(RL, _model(initial), mesh)
   assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
              for x in jax.tree.leaves(sharded.params))
-  for step in range(2):
-    m_plain, m_sharded = plain.train_step(_batch(step)), sharded.train_step(_batch(step))
-    for key in ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_mean"):
-      np.testing.assert_allclose(m_sharded[key], m_plain[key], rtol=2e-5, atol=1e-6,
-                                 err_msg=key)
-  for a, b in zip(_leaves(plain.params), _leaves(sharded.params), strict=True):
-    np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+  m_plain = _train_alike(plain, sharded, ("loss", "kl", "entropy", "clip_fraction",
+                                          "grad_norm", "logprob_gap_mean"), metric_atol=1e-6)
   assert m_plain["kl"] > 0 and m_plain["designer/num_rows"] == 4
 
 
@@ -76,15 +83,10 @@ def test_gradient_accumulation_equals_one_full_batch(initial):
 
 
 def test_logits_at_loss_positions_only_train_like_logits_everywhere(initial):
-  compact = Trainer(RL, _model(initial))  # logprob_positions="loss" (the default)
   full = Trainer(dict(RL, logprob_positions="all"), _model(initial))
-  for step in range(2):
-    m_compact, m_full = compact.train_step(_batch(step)), full.train_step(_batch(step))
-    for key in ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_max"):
-      np.testing.assert_allclose(m_compact[key], m_full[key], rtol=2e-5, atol=1e-7,
-                                 err_msg=key)
-  for a, b in zip(_leaves(compact.params), _leaves(full.params), strict=True):
-    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+  compact = Trainer(RL, _model(initial))  # logprob_positions="loss" (the default)
+  _train_alike(full, compact, ("loss", "kl", "entropy", "clip_fraction", "grad_norm",
+                               "logprob_gap_max"), metric_atol=1e-7)
 
 
 def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial):
