@@ -85,17 +85,24 @@ def base_config() -> ConfigDict:
   c.rl.total_steps = 400  # decay horizon of the cosine schedule
   c.rl.weight_decay = 0.0  # AdamW decoupled weight decay
   c.rl.grad_clip_norm = 1.0  # global-norm clip; 0 disables
+  c.rl.adam_b1 = 0.9  # AdamW first-moment decay
+  c.rl.adam_b2 = 0.999  # AdamW second-moment decay
+  c.rl.adam_eps = 1e-8  # AdamW denominator epsilon
   c.rl.beta = 0.0  # KL coefficient to the initial policy; 0 = no reference model
   c.rl.kl_estimator = "k3"  # "k1" or "k3"
   c.rl.clip_low = 0.2  # importance ratio lower bound 1 - clip_low
   c.rl.clip_high = 0.28  # upper bound 1 + clip_high (clip-higher)
   c.rl.loss_agg = "token_mean"  # "token_mean" or "seq_mean_token_mean"
+  c.rl.adv_estimator = "grpo"  # advantage estimator (registry in spade_jax/rl/advantages.py)
   c.rl.adv_std_bessel = False  # unbiased std in the group normalisation
   c.rl.adv_eps = 1e-6  # added to the group std
   c.rl.micro_batch_size = 0  # rows per gradient-accumulation micro-batch; 0 = whole batch
   c.rl.agent_weight = 1.0  # scale of the agent's advantages
   c.rl.designer_weight = 1.0  # scale of the designer's advantages
   c.rl.temperature = 1.0  # sampling temperature of the rollouts (must match c.sampling)
+  c.rl.logprob_chunk = 64  # positions per vocabulary-projection chunk (bounds [rows, chunk, V])
+  c.rl.logprob_positions = "loss"  # "loss": logits only at loss tokens (<= 8 shapes per length)
+  c.rl.logprob_remat = False  # recompute chunk logits in the backward: less memory, +1 matmul
   c.corpus = ConfigDict()
   c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in docstring corpus
   c.corpus.format = "auto"  # "auto" (by suffix), "text", "jsonl" or "parquet"

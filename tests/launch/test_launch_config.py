@@ -1,5 +1,6 @@
 """Config loading, `--config` path forms, overrides, locking and start-up validation."""
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pytest
 
 from spade_jax import config_util
+from spade_jax.rl.config import RLConfig
 
 sys.path.insert(0, os.fspath(config_util.REPO_ROOT / "launch"))
 import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
@@ -31,6 +33,16 @@ def test_overrides_and_workdir():
                               "--workdir=/tmp/w")
   assert config.selfplay.k == 3 and config.rl.learning_rate == 3e-4 and config.mesh.fsdp == 2
   assert tuple(config.selfplay.skills) == ("deduction", "planning") and workdir == "/tmp/w"
+
+
+def test_every_trainer_setting_is_in_the_base_config_with_its_default():
+  """So each RLConfig field can be overridden as --config.rl.NAME=VALUE."""
+  rl = config_util.base_config().rl
+  defaults = {f.name: f.default for f in dataclasses.fields(RLConfig)}
+  assert set(rl.keys()) == set(defaults)
+  assert {k: rl[k] for k in defaults if rl[k] != defaults[k]} == {"total_steps": 400}
+  config, _, _ = _parse("--config=smoke.py", "--config.rl.logprob_positions=all")
+  assert RLConfig.from_config(config.rl).logprob_positions == "all"
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
