@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from spade_jax.model import train_attention
 from spade_jax.model.attention import dot_product_attention
 from spade_jax.model.qwen3 import default_positions, uncached_mask
 from spade_jax.model.train_attention import causal_attention
@@ -27,8 +28,13 @@ def _inputs(segments: bool):
   return q, k, v, dout, mask, jnp.asarray(valid)
 
 
-@pytest.mark.parametrize("segments,block", [(False, 8), (True, 5), (False, 64)])
-def test_causal_attention_matches_dot_product_attention(segments, block):
+# max_blocks 4 with block 2: 19 rows would be 10 blocks, so the blocks grow to 6 rows.
+@pytest.mark.parametrize("segments,block,max_blocks",
+                         [(False, 8, None), (True, 5, None), (False, 64, None), (True, 2, 4)])
+def test_causal_attention_matches_dot_product_attention(segments, block, max_blocks,
+                                                        monkeypatch):
+  if max_blocks:
+    monkeypatch.setattr(train_attention, "MAX_BLOCKS", max_blocks)
   q, k, v, dout, mask, valid = _inputs(segments)
   scale = HD ** -0.5
 
