@@ -13,7 +13,7 @@ several days on a v5p-64 slice for 400 steps at these lengths. Smaller backbones
 
 from ml_collections import ConfigDict
 
-from spade_jax.config_util import base_config
+from spade_jax.config_schema import base_config
 
 CHECKPOINT = "/mnt/disks/models/Qwen3-30B-A3B-Instruct-2507"  # HF dir (config.json, *.safetensors)
 

@@ -16,7 +16,7 @@ every step.
 
 from ml_collections import ConfigDict
 
-from spade_jax.config_util import base_config
+from spade_jax.config_schema import base_config
 
 
 def get_config() -> ConfigDict:

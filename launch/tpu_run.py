@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from absl import flags
 from ml_collections import ConfigDict, config_flags
 
-from spade_jax import config_util
+from spade_jax import config_schema
 
 
 def _resolve_config_arg(argv: Sequence[str]) -> list[str]:
@@ -26,11 +26,11 @@ def _resolve_config_arg(argv: Sequence[str]) -> list[str]:
   out, i = list(argv), 0
   while i < len(out):
     if out[i] in ("--config", "-config") and i + 1 < len(out):
-      out[i + 1] = config_util.resolve_config_path(out[i + 1])
+      out[i + 1] = config_schema.resolve_config_path(out[i + 1])
       i += 1
     elif out[i].startswith(("--config=", "-config=")):
       flag, value = out[i].split("=", 1)
-      out[i] = f"{flag}={config_util.resolve_config_path(value)}"
+      out[i] = f"{flag}={config_schema.resolve_config_path(value)}"
     i += 1
   return out
 
@@ -51,8 +51,9 @@ def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
     fv(argv)
   except (AttributeError, KeyError) as err:  # an override naming a field the config lacks
     overrides = [a for a in argv if a.startswith(("--config.", "-config."))]
-    raise config_util.ConfigError(f"unknown config field {err} in overrides {overrides}") from None
-  name = config_util.config_name(fv["config"].config_filename)
+    raise config_schema.ConfigError(
+        f"unknown config field {err} in overrides {overrides}") from None
+  name = config_schema.config_name(fv["config"].config_filename)
   return config.value, workdir.value or os.path.join("runs", name), distributed.value
 
 
@@ -76,28 +77,28 @@ def use_compilation_cache(directory: str) -> None:
 
 def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
-  config_util.validate(config)
+  config_schema.validate(config)
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
     jax.distributed.initialize()
+  from spade_jax import run  # pylint: disable=import-outside-toplevel
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
-  from spade_jax.selfplay import runner  # pylint: disable=import-outside-toplevel
   try:
     mesh = make_mesh(config.mesh.to_dict())  # fails now if the slice does not fit the mesh
   except ValueError as err:
-    raise config_util.ConfigError(f"config.mesh: {err} (an axis of -1 takes every device)"
+    raise config_schema.ConfigError(f"config.mesh: {err} (an axis of -1 takes every device)"
                                   ) from None
   print(f"process {jax.process_index()}/{jax.process_count()}: mesh {dict(mesh.shape)}, "
         f"workdir {workdir}", flush=True)
   use_compilation_cache(config.train.compilation_cache_dir)
-  runner.run(config, workdir, mesh)
+  run.run(config, workdir, mesh)
 
 
 def main() -> None:
   try:
     config, workdir, distributed = parse_args(sys.argv)
     launch(config, workdir, distributed)
-  except (config_util.ConfigError, flags.Error) as err:
+  except (config_schema.ConfigError, flags.Error) as err:
     sys.exit(f"error: {err}")
 
 

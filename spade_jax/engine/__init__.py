@@ -7,11 +7,11 @@ replies without a model. See docs/engine.md.
 
 from spade_jax.engine.api import Completion, ConversationEngine, Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.engine.core import Engine
 from spade_jax.engine.fake import FakeEngine
 from spade_jax.engine.generate import GenerateResult, generate
+from spade_jax.engine.slot_engine import SlotEngine
 
 __all__ = [
-    "Completion", "ConversationEngine", "Engine", "FakeEngine", "GenerateResult", "Request",
-    "SamplingParams", "SlotConversationEngine", "generate",
+    "Completion", "ConversationEngine", "FakeEngine", "GenerateResult", "Request",
+    "SamplingParams", "SlotConversationEngine", "SlotEngine", "generate",
 ]

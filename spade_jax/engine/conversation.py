@@ -1,6 +1,6 @@
 """`SlotConversationEngine`: the ConversationEngine protocol on top of the slot engine.
 
-Host-side scheduling only; every model computation is one of core.Engine's jitted calls.
+Host-side scheduling only; every model computation is one of slot_engine.SlotEngine's jitted calls.
   * A conversation keeps its slot and KV cache between turns. Its next turn feeds only
     what the cache lacks (the last sampled token of the previous reply plus the new
     tokens), written at the end of its cached prefix.
@@ -28,7 +28,7 @@ from flax import nnx
 
 from spade_jax.engine import stopping
 from spade_jax.engine.api import Completion, Request
-from spade_jax.engine.core import Engine
+from spade_jax.engine.slot_engine import SlotEngine
 from spade_jax.engine.state import pick_bucket
 
 
@@ -56,7 +56,7 @@ class SlotConversationEngine:
                detokenize: stopping.Detokenize | None = None, max_stop_ids: int = 8,
                cache_dtype: str | None = None, mesh=None, decode_widths=None,
                decode_lengths=None):
-    self.engine = Engine(model, num_slots=num_slots, max_cache_len=max_cache_len,
+    self.engine = SlotEngine(model, num_slots=num_slots, max_cache_len=max_cache_len,
                          prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
                          max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,
                          decode_widths=decode_widths, decode_lengths=decode_lengths)

@@ -17,7 +17,7 @@ ERROR_KINDS = ("timeout", "crash", "exception", "bad_output", "infra")
 
 
 @dataclasses.dataclass(frozen=True)
-class StepRecord:
+class EnvStep:
   """One reset or step of one episode, coerced and checked on the host side."""
 
   observation: str
@@ -50,10 +50,10 @@ class EnvPool(Protocol):
   def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
     """Checks each source against the environment contract (see contract.py)."""
 
-  def reset(self, episodes: Sequence[tuple[Hashable, str, int]]) -> list[StepRecord]:
+  def reset(self, episodes: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:
     """Starts episodes (episode_id, source, seed) in fresh interpreter state each."""
 
-  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[StepRecord]:
+  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
     """Advances live episodes by one action each; a done episode is closed."""
 
   def close_episodes(self, episode_ids: Sequence[Hashable]) -> None:

@@ -1,7 +1,7 @@
 """Host-side decoding and coercion of what an environment returned.
 
 Everything that comes out of an episode process is untrusted bytes. These functions
-turn one reply into a `StepRecord` (or an error record) with the contract's types:
+turn one reply into a `EnvStep` (or an error record) with the contract's types:
 observation -> str cut to MAX_OBS_CHARS, reward -> finite float, flags -> bool,
 info -> JSON dict of bounded size. The in-process `FakePool` uses the same functions,
 so both pools give the same records for the same environment.
@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from spade_jax.sandbox import contract
-from spade_jax.sandbox.api import StepRecord
+from spade_jax.sandbox.api import EnvStep
 
 _ENV_ERROR_KINDS = ("exception", "bad_output")
 CUT_MARK = "\n[observation cut]"
@@ -24,8 +24,8 @@ class BadOutput(ValueError):
   """A reply that breaks the contract; its message becomes the record's error_detail."""
 
 
-def error_record(kind: str, detail: str) -> StepRecord:
-  return StepRecord(observation="", reward=0.0, error_kind=kind, error_detail=detail[:500])
+def error_record(kind: str, detail: str) -> EnvStep:
+  return EnvStep(observation="", reward=0.0, error_kind=kind, error_detail=detail[:500])
 
 
 def decode(data: bytes) -> dict:
@@ -39,7 +39,7 @@ def decode(data: bytes) -> dict:
   return msg
 
 
-def env_error(msg: dict) -> StepRecord:
+def env_error(msg: dict) -> EnvStep:
   """The error record for an {"err": ...} reply; unknown kinds count as bad output."""
   kind = msg.get("err")
   detail = msg.get("detail")
@@ -90,14 +90,14 @@ def _parts(value: Any, n: int, call: str) -> list:
   return value
 
 
-def reset_result(value: Any) -> StepRecord:
+def reset_result(value: Any) -> EnvStep:
   obs, inf = _parts(value, 2, "reset")
-  return StepRecord(observation=observation(obs), info=info(inf))
+  return EnvStep(observation=observation(obs), info=info(inf))
 
 
-def step_result(value: Any) -> StepRecord:
+def step_result(value: Any) -> EnvStep:
   obs, rew, term, trunc, inf = _parts(value, 5, "step")
-  return StepRecord(observation=observation(obs), reward=reward(rew),
+  return EnvStep(observation=observation(obs), reward=reward(rew),
                     terminated=flag(term, "terminated"), truncated=flag(trunc, "truncated"),
                     info=info(inf))
 

@@ -1,6 +1,6 @@
 """Host-side bookkeeping of live episodes, shared by the real and the fake pool.
 
-The ledger turns decoded replies into `StepRecord`s and applies the framework's rules:
+The ledger turns decoded replies into `EnvStep`s and applies the framework's rules:
 truncation after min(env max_turns, configured cap) steps, the episode-return range
 check, the tool specs in the reset record, and closing an episode once it is done.
 """
@@ -13,7 +13,7 @@ import functools
 from collections.abc import Hashable
 
 from spade_jax.sandbox import coerce, contract
-from spade_jax.sandbox.api import StepRecord
+from spade_jax.sandbox.api import EnvStep
 
 CLASS_COUNT = "the source must define exactly one class"
 
@@ -64,7 +64,7 @@ class Ledger:
     self.max_turns = min(max_turns, contract.MAX_TURNS_CAP)
     self.live: dict[Hashable, _Episode] = {}
 
-  def reset_record(self, episode_id: Hashable, msg: dict) -> StepRecord:
+  def reset_record(self, episode_id: Hashable, msg: dict) -> EnvStep:
     """Record for a reset reply; the episode is live afterwards unless it failed."""
     self.live.pop(episode_id, None)
     if "err" in msg:
@@ -84,7 +84,7 @@ class Ledger:
     self.live[episode_id] = _Episode(max_turns=limit)
     return dataclasses.replace(record, info=info)
 
-  def step_record(self, episode_id: Hashable, msg: dict) -> StepRecord:
+  def step_record(self, episode_id: Hashable, msg: dict) -> EnvStep:
     """Record for a step reply; a done episode leaves the ledger (caller frees its process)."""
     episode = self.live.pop(episode_id)
     if "err" in msg:
@@ -105,7 +105,7 @@ class Ledger:
       self.live[episode_id] = episode
     return record
 
-  def unknown(self, episode_id: Hashable) -> StepRecord | None:
+  def unknown(self, episode_id: Hashable) -> EnvStep | None:
     """An infra record when `episode_id` is not live (never reset, or already done)."""
     if episode_id in self.live:
       return None

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from spade_jax.sandbox import coerce, contract, episodes, runner, validate
-from spade_jax.sandbox.api import StepRecord, ValidationResult
+from spade_jax.sandbox.api import EnvStep, ValidationResult
 
 LIMITS = {"max_obs_chars": contract.MAX_OBS_CHARS, "max_msg_bytes": contract.MAX_MESSAGE_BYTES}
 VALIDATION_LIMITS = dict(LIMITS, max_msg_bytes=16 * contract.MAX_MESSAGE_BYTES)
@@ -41,7 +41,7 @@ class FakePool:
     self.reset_timeout_s = reset_timeout_s
     self.step_timeout_s = step_timeout_s
     self.check_constant = check_constant
-    self._envs: dict[Hashable, runner.Episode] = {}
+    self._envs: dict[Hashable, runner.EnvInstance] = {}
 
   def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
     results = []
@@ -57,7 +57,7 @@ class FakePool:
                                     self.check_constant))
     return results
 
-  def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[StepRecord]:
+  def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:
     records = []
     for episode_id, source, seed in episodes_:
       self._envs.pop(episode_id, None)
@@ -71,7 +71,7 @@ class FakePool:
       except (TypeError, ValueError) as exc:
         records.append(coerce.error_record("infra", str(exc)))
         continue
-      env = runner.Episode(source, class_name, LIMITS)
+      env = runner.EnvInstance(source, class_name, LIMITS)
       reply = _decode(env.reset(seed))
       record = self.ledger.reset_record(episode_id, reply)
       if episode_id in self.ledger.live:
@@ -79,7 +79,7 @@ class FakePool:
       records.append(record)
     return records
 
-  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[StepRecord]:
+  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
     records = []
     for episode_id, action in actions:
       record = self.ledger.unknown(episode_id)

@@ -21,8 +21,8 @@ import time
 from collections.abc import Hashable, Sequence
 
 from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, probe, validate
-from spade_jax.sandbox.api import StepRecord, ValidationResult
-from spade_jax.sandbox.workers import ACK_TIMEOUT_S, Worker, WorkerError
+from spade_jax.sandbox.api import EnvStep, ValidationResult
+from spade_jax.sandbox.worker_handle import ACK_TIMEOUT_S, WorkerError, WorkerHandle
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 @dataclasses.dataclass
 class _Proc:
   """A live episode process: its worker, its token there, and the host ends of its pipes."""
-  worker: Worker
+  worker: WorkerHandle
   token: int
   req: int
   resp: int
@@ -77,10 +77,10 @@ class SandboxPool:
     self.ledger = episodes.Ledger(max_turns)
     cgroups.sweep(self.setup["cgroups"])
     self._live: dict[Hashable, _Proc] = {}
-    self._workers: list[Worker | None] = [None] * num_workers
+    self._workers: list[WorkerHandle | None] = [None] * num_workers
     try:
       for i in range(num_workers):
-        self._workers[i] = Worker(i, self.setup, self.limits)
+        self._workers[i] = WorkerHandle(i, self.setup, self.limits)
       for w in self._workers:
         w.wait_ready()
       smoke = self.reset([("__smoke__", contract.EXAMPLE_ENV, 0)])[0]
@@ -100,7 +100,7 @@ class SandboxPool:
 
   # Workers and episode processes.
 
-  def _pick_worker(self) -> Worker:
+  def _pick_worker(self) -> WorkerHandle:
     """The least loaded worker, replacing dead ones; raises WorkerError."""
     for i, w in enumerate(self._workers):
       if w is None or not w.alive:
@@ -108,7 +108,7 @@ class SandboxPool:
           log.warning("sandbox worker %d died; replacing it", i)
           w.stop()
         self._workers[i] = None
-        self._workers[i] = Worker(i, self.setup, self.limits)
+        self._workers[i] = WorkerHandle(i, self.setup, self.limits)
         self._workers[i].wait_ready()
     return min(self._workers, key=lambda w: len(w.live))
 
@@ -180,7 +180,7 @@ class SandboxPool:
     return results
 
   def _record(self, status: str, payload: bytes, proc: _Proc, timeout_s: float,
-              on_reply) -> StepRecord:
+              on_reply) -> EnvStep:
     if status == channel.OK:
       try:
         return on_reply(coerce.decode(payload))
@@ -220,8 +220,8 @@ class SandboxPool:
     self._release([proc for proc, _, _ in replies.values() if proc is not None])
     return results
 
-  def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[StepRecord]:
-    records: list[StepRecord | None] = [None] * len(episodes_)
+  def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:
+    records: list[EnvStep | None] = [None] * len(episodes_)
     requests, ended = [], []
     self.close_episodes([episode_id for episode_id, _, _ in episodes_])
     seen = set()
@@ -256,8 +256,8 @@ class SandboxPool:
     self._release(ended)
     return records
 
-  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[StepRecord]:
-    records: list[StepRecord | None] = [None] * len(actions)
+  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
+    records: list[EnvStep | None] = [None] * len(actions)
     items, seen, ended = [], set(), []
     for i, (episode_id, action) in enumerate(actions):
       records[i] = self.ledger.unknown(episode_id)

@@ -85,7 +85,7 @@ def encode(msg: dict, max_bytes: int) -> bytes:
   return data
 
 
-class Episode:
+class EnvInstance:
   """One environment instance; `reset` loads the class on first use."""
 
   def __init__(self, source: str, class_name: str, limits: dict):

@@ -8,7 +8,7 @@ from flax import nnx
 
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.engine.core import Engine
+from spade_jax.engine.slot_engine import SlotEngine
 
 TOL = 1e-4  # fp32: cached decode vs one uncached forward
 CONFIG = dict(num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps_per_poll=4,
@@ -156,7 +156,7 @@ def test_jetstream_prefill_insert_generate(engine, model):
   sp = SamplingParams(9, temperature=1.0, seed=4)
   expected = run(engine, [Request("js", p, sp)])["js"]
   engine.release("js")
-  core = Engine(model, num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps=4)
+  core = SlotEngine(model, num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps=4)
   state = core.init_decode_state()
   prefix = core.prefill(core.params, [p], [sp], [9])
   state = core.insert(prefix, state, [2])

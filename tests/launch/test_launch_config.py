@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from spade_jax import config_util
+from spade_jax import config_schema
 from spade_jax.rl.config import RLConfig
 
-sys.path.insert(0, os.fspath(config_util.REPO_ROOT / "launch"))
+sys.path.insert(0, os.fspath(config_schema.REPO_ROOT / "launch"))
 import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
 
 
@@ -19,7 +19,7 @@ def _parse(*args):
 
 
 @pytest.mark.parametrize("arg", ["games.py", "games", "configs/games.py",
-                                 os.fspath(config_util.CONFIG_DIR / "games.py")])
+                                 os.fspath(config_schema.CONFIG_DIR / "games.py")])
 def test_config_path_forms(arg):
   config, workdir, distributed = _parse("--config", arg)
   assert config.selfplay.num_envs == 24 and config.selfplay.k == 4
@@ -37,7 +37,7 @@ def test_overrides_and_workdir():
 
 def test_every_trainer_setting_is_in_the_base_config_with_its_default():
   """So each RLConfig field can be overridden as --config.rl.NAME=VALUE."""
-  rl = config_util.base_config().rl
+  rl = config_schema.base_config().rl
   defaults = {f.name: f.default for f in dataclasses.fields(RLConfig)}
   assert set(rl.keys()) == set(defaults)
   assert {k: rl[k] for k in defaults if rl[k] != defaults[k]} == {"total_steps": 400}
@@ -50,7 +50,7 @@ def test_engine_capacities_default_to_none_and_take_tuples():
   assert config.engine.decode_widths is None and config.engine.decode_lengths is None
   config, _, _ = _parse("--config=smoke.py", "--config.engine.decode_lengths=(1024, 2048)")
   assert tuple(config.engine.decode_lengths) == (1024, 2048)
-  config_util.validate(config)
+  config_schema.validate(config)
 
 
 def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monkeypatch):
@@ -68,7 +68,7 @@ def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monk
 
 
 def test_typo_in_override_fails():
-  with pytest.raises(config_util.ConfigError, match="unknown config field.*selfplay.kk"):
+  with pytest.raises(config_schema.ConfigError, match="unknown config field.*selfplay.kk"):
     _parse("--config=smoke.py", "--config.selfplay.kk=3")
 
 
@@ -79,7 +79,7 @@ def test_locked_config_rejects_new_fields():
 
 
 def test_unknown_config_module_lists_available():
-  with pytest.raises(config_util.ConfigError, match="available configs.*smoke"):
+  with pytest.raises(config_schema.ConfigError, match="available configs.*smoke"):
     _parse("--config=nope.py")
 
 
@@ -88,7 +88,7 @@ def test_shipped_configs_validate(name, tmp_path):
   config, _, _ = _parse(f"--config={name}")
   if config.model.checkpoint:  # the TPU configs point at a checkpoint dir on the TPU VM
     config.model.checkpoint = config.tokenizer = os.fspath(tmp_path)
-  config_util.validate(config)
+  config_schema.validate(config)
 
 
 @pytest.mark.parametrize("override, message", [
@@ -111,17 +111,17 @@ def test_shipped_configs_validate(name, tmp_path):
 ])
 def test_bad_values_fail_naming_the_field(override, message):
   config, _, _ = _parse("--config=smoke.py", f"--config.{override}")
-  with pytest.raises(config_util.ConfigError, match=message):
-    config_util.validate(config)
+  with pytest.raises(config_schema.ConfigError, match=message):
+    config_schema.validate(config)
 
 
 def test_hub_id_checkpoint_is_left_to_the_loader():
   config, _, _ = _parse("--config=smoke.py", "--config.model.checkpoint=Qwen/Qwen3-0.6B")
-  config_util.validate(config)
+  config_schema.validate(config)
 
 
 def test_command_line_exits_with_the_message():
-  proc = subprocess.run([sys.executable, os.fspath(config_util.REPO_ROOT / "launch/tpu_run.py"),
+  proc = subprocess.run([sys.executable, os.fspath(config_schema.REPO_ROOT / "launch/tpu_run.py"),
                          "--config", "smoke.py", "--config.selfplay.k=0"],
                         capture_output=True, text=True, timeout=120, check=False)
   assert proc.returncode == 1
@@ -142,5 +142,5 @@ def test_several_hosts_detection(monkeypatch, env, expected):
 
 def test_mesh_that_does_not_fit_the_devices_fails_at_start(tmp_path):
   config, _, _ = _parse("--config=smoke.py", "--config.mesh.fsdp=3")  # the session has 8
-  with pytest.raises(config_util.ConfigError, match=r"config.mesh: .*needs 3 devices"):
+  with pytest.raises(config_schema.ConfigError, match=r"config.mesh: .*needs 3 devices"):
     tpu_run.launch(config, os.fspath(tmp_path))

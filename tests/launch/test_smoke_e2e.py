@@ -17,9 +17,9 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from spade_jax import config_util
+from spade_jax import config_schema
 
-TPU_RUN = os.fspath(config_util.REPO_ROOT / "launch" / "tpu_run.py")
+TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (
     "curriculum/valid_rate", "curriculum/designed_envs", "curriculum/replayed_envs",
     "curriculum/learnable_share", "curriculum/regret_mean", "curriculum/diversity_vendi",

@@ -5,7 +5,7 @@ from selfplay_fakes import REPLY_LOGPROB, ByteTokenizer, ScriptedPolicy, env_sou
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
-from spade_jax.sandbox.api import StepRecord
+from spade_jax.sandbox.api import EnvStep
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.batching import Sample, agent_samples, build_train_batch
 from spade_jax.selfplay.chat import ChatFormatter
@@ -100,7 +100,7 @@ class FlakyPool(FakePool):
     keep = [(k, a) for k, a in actions if k not in self.broken]
     records = dict(zip([k for k, _ in keep], super().step(keep), strict=True))
     self.close_episodes([k for k, _ in actions if k in self.broken])
-    return [records.get(k) or StepRecord("", error_kind="infra", error_detail="worker lost")
+    return [records.get(k) or EnvStep("", error_kind="infra", error_detail="worker lost")
             for k, _ in actions]
 
 

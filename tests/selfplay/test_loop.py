@@ -23,7 +23,7 @@ from selfplay_fakes import (
 )
 
 from spade_jax.rl.batch import AGENT, DESIGNER
-from spade_jax.sandbox.api import StepRecord
+from spade_jax.sandbox.api import EnvStep
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.loop import SelfPlayLoop
 
@@ -192,7 +192,7 @@ class HintArmInfraFailures(FakePool):
   def reset(self, episodes):
     ok = [e for e in episodes if e[0][2] != "hint"]
     records = dict(zip([e[0] for e in ok], super().reset(ok), strict=True))
-    return [records.get(e[0]) or StepRecord("", error_kind="infra", error_detail="no worker")
+    return [records.get(e[0]) or EnvStep("", error_kind="infra", error_detail="no worker")
             for e in episodes]
 
 

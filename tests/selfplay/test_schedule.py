@@ -95,9 +95,9 @@ def test_derived_seeds_are_stable_and_distinct():
 
 
 def test_settings_read_the_experiment_config():
-  from spade_jax import config_util
+  from spade_jax import config_schema
   from spade_jax.selfplay.settings import SelfPlaySettings
-  config = config_util.base_config()
+  config = config_schema.base_config()
   s = SelfPlaySettings.from_config(config)
   assert (s.num_envs, s.k, s.group_size) == (24, 4, 8)
   assert s.skills == tuple(config.selfplay.skills)

@@ -97,7 +97,7 @@ def episode_loop(runner, req: int, resp: int, limits: dict) -> None:
       return
     msg = json.loads(data)
     if msg["op"] == "reset":
-      episode = runner.Episode(msg["source"], msg["class"], limits)
+      episode = runner.EnvInstance(msg["source"], msg["class"], limits)
       reply = episode.reset(msg["seed"])
     elif msg["op"] == "step":
       reply = episode.step(msg["action"])

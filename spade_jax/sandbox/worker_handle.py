@@ -19,10 +19,10 @@ import socket
 import subprocess
 import time
 
-from spade_jax.sandbox import cgroups, contract, jail, probe, runner, worker
+from spade_jax.sandbox import cgroups, contract, jail, probe, runner, zygote
 
 _SOURCES = {name: pathlib.Path(module.__file__).read_text() for name, module in
-            (("jail", jail), ("runner", runner), ("worker", worker))}
+            (("jail", jail), ("runner", runner), ("zygote", zygote))}
 START_TIMEOUT_S = 10.0
 ACK_TIMEOUT_S = 5.0
 UID_SPAN = 1 << 12
@@ -40,8 +40,8 @@ def _uid_base() -> int:
   return 1 << 20 | ((os.getpid() * 256 + next(_serial)) % 16000) * UID_SPAN
 
 
-class Worker:
-  """One jailed zygote that forks episode processes; see worker.py for the process tree."""
+class WorkerHandle:
+  """One jailed zygote that forks episode processes; see zygote.py for the process tree."""
 
   def __init__(self, index: int, setup: dict, limits: dict):
     """setup: from probe.plan; limits: per-episode rlimits and the worker's cgroup caps."""
@@ -61,7 +61,7 @@ class Worker:
                private_tmp="mount" in setup["namespaces"])
     try:
       self.proc = subprocess.Popen(
-          [probe.interpreter(), "-I", "-S", "-c", _SOURCES["worker"]], stdin=subprocess.PIPE,
+          [probe.interpreter(), "-I", "-S", "-c", _SOURCES["zygote"]], stdin=subprocess.PIPE,
           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(child.fileno(),),
           start_new_session=True, env={}, cwd="/")
     except OSError as exc:

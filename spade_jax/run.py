@@ -1,4 +1,4 @@
-"""`run(config, workdir)`: build every part of a SPADE run from the config, resume, and loop.
+"""The composition root: `run(config, workdir)` builds every part of a SPADE run, resumes, loops.
 
 Called by launch/tpu_run.py after the config has been validated, `jax.distributed`
 initialised and the mesh built (or builds the mesh itself). Builds, in order: the policy
@@ -20,16 +20,23 @@ from typing import Any
 import jax
 from flax import nnx
 
+from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.envs.library import load_seed_library
+from spade_jax.metrics.logger import StepLogger
+from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
+from spade_jax.model.load import load_model
+from spade_jax.rl.trainer import Trainer
+from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.selfplay.corpus import make_corpus
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
 from spade_jax.selfplay.record import StepRecord
 from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.tokenizer import load_tokenizer
 
 
 def build_model(config: Any, mesh):
   """The policy: the preset at random init (seeded), or the checkpoint's weights."""
-  from spade_jax.model import Qwen3, create_sharded, get_preset
-  from spade_jax.model.load import load_model
   param_dtype, compute_dtype = str(config.model.param_dtype), str(config.model.compute_dtype)
   if not config.model.checkpoint:
     cfg = get_preset(config.model.preset).replace(param_dtype=param_dtype,
@@ -47,13 +54,11 @@ def build_model(config: Any, mesh):
 
 def seed_entries(setting: str, skills) -> list[MemoryEntry]:
   """The seed library of the setting as memory entries (uid "seed/<name>")."""
-  from spade_jax.envs.library import load_seed_library
   return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
           for s in load_seed_library(kind=setting, categories=skills)]
 
 
 def build_engine(config: Any, policy, mesh):
-  from spade_jax.engine.conversation import SlotConversationEngine
   e = config.engine
   sizes = lambda given: None if given is None else tuple(int(b) for b in given)
   return SlotConversationEngine(
@@ -64,7 +69,6 @@ def build_engine(config: Any, policy, mesh):
 
 
 def build_pool(config: Any):
-  from spade_jax.sandbox.pool import SandboxPool
   sb = config.sandbox
   return SandboxPool(num_workers=int(sb.num_workers), max_turns=int(config.selfplay.max_turns),
                      reset_timeout_s=float(sb.reset_timeout_s),
@@ -77,11 +81,6 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
 
   `mesh` defaults to `make_mesh(config.mesh)`.
   """
-  from spade_jax.metrics.logger import StepLogger
-  from spade_jax.model import make_mesh
-  from spade_jax.rl.trainer import Trainer
-  from spade_jax.selfplay.corpus import make_corpus
-  from spade_jax.tokenizer import load_tokenizer
 
   workdir = os.fspath(workdir)
   os.makedirs(workdir, exist_ok=True)

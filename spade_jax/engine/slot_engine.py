@@ -197,7 +197,7 @@ class Block:
   valid: np.ndarray
 
 
-class Engine:
+class SlotEngine:
   """Slot-level engine over one model. Host-side methods pad to buckets and call the jits."""
 
   def __init__(self, model: nnx.Module, *, num_slots: int = 8, max_cache_len: int = 1024,
@@ -206,7 +206,7 @@ class Engine:
                decode_widths: Sequence[int] | None = None,
                decode_lengths: Sequence[int] | None = None):
     if num_slots < 1 or max_cache_len < 2 or decode_steps < 1 or not prefill_buckets:
-      raise ValueError(f"Engine: need num_slots >= 1 (got {num_slots}), max_cache_len >= 2 "
+      raise ValueError(f"SlotEngine: need num_slots >= 1 (got {num_slots}), max_cache_len >= 2 "
                        f"({max_cache_len}), decode_steps >= 1 ({decode_steps}) and at least "
                        f"one prefill bucket ({prefill_buckets})")
     self.cfg = model.cfg

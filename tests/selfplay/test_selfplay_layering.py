@@ -1,0 +1,31 @@
+"""selfplay/ talks to the engine and the sandbox through their interfaces only.
+
+It never imports the metrics, the launcher, the composition root (spade_jax.run) or the
+config schema, so the data flows one way and no function-level import hides a cycle.
+"""
+
+from layering import under, violations
+
+SPADE_ALLOWED = ("spade_jax.selfplay", "spade_jax.engine.api", "spade_jax.sandbox.api",
+                 "spade_jax.sandbox.contract", "spade_jax.rl.batch", "spade_jax.envs")
+FORBIDDEN = ("spade_jax.metrics", "spade_jax.run", "spade_jax.config_schema", "launch")
+
+
+def _allowed(name: str) -> bool:
+  if under(name, FORBIDDEN):
+    return False
+  return not name.startswith("spade_jax") or under(name, SPADE_ALLOWED)
+
+
+def test_selfplay_imports_only_interfaces_and_never_metrics_or_the_root():
+  bad = violations("selfplay", _allowed)
+  assert not bad, (f"selfplay/ may import only {SPADE_ALLOWED} of spade_jax and never "
+                   f"{FORBIDDEN}; found: {bad}")
+
+
+def test_package_exports_the_loop_and_its_settings():
+  import spade_jax.selfplay as selfplay
+  from spade_jax.selfplay.loop import SelfPlayLoop
+  from spade_jax.selfplay.settings import SelfPlaySettings
+  assert selfplay.SelfPlayLoop is SelfPlayLoop and selfplay.SelfPlaySettings is SelfPlaySettings
+  assert set(selfplay.__all__) >= {"SelfPlayLoop", "SelfPlaySettings", "StepRecord"}
