@@ -2,16 +2,19 @@ r"""Smoke run: the tiny model on CPU, a handful of environments, three steps, ev
 
     python launch/tpu_run.py --config configs/smoke.py --workdir runs/smoke   # = make smoke
 
-Expected: under 10 minutes on a 2-core CPU machine including compilation; measured 64 s
-wall clock and 5.1 GB peak RSS for `make smoke` on the 2-core dev VM (load ~2), 254 s when
-the machine was shared with other jobs. Most of it is compiling the engine's buckets and
-the train step.
+Expected: under 10 minutes on a 2-core CPU machine, most of it compiling the engine's buckets
+and the train step (bench/RESULTS.md has the measured wall time).
 
-A randomly initialised tiny model writes almost no valid environment, so `fill_from_memory`
-tops each set up with seed-library replays; the log says per step how many environments were
-designed and replayed. With k=2 the set is refreshed at steps 1 and 3 and the designer
-samples of step 1 are trained at step 3 (the k-step delay). A checkpoint is written after
-every step.
+Every stage runs for real. The designer writes (a random model writes nothing valid, so the
+validator rejects every design and the designer rows carry the invalid reward); the set is
+topped up with replays from the library, which here is the dense-reward probe environment
+(`selfplay.library = "probe"`, envs/probe: reward = share of vowels in each answer) in
+every skill; the agent's whole reply is its action (`action_format = "{}"`), so every episode
+steps the environment in the sandbox and earns a varied return; advantages are non-zero,
+so the update has a loss, and `rl.beta > 0` adds the KL to the reference (0 at step 1, when
+policy and reference are equal; non-zero afterwards). With k=2 the set is refreshed at steps
+1 and 3 and the designer samples of step 1 are trained at step 3 (the k-step delay). A
+checkpoint is written after every step.
 """
 
 from ml_collections import ConfigDict
@@ -30,7 +33,9 @@ def get_config() -> ConfigDict:
   c.selfplay.group_size = 2  # G: smallest group with a defined advantage
   c.selfplay.categories_per_step = 2  # categories drawn per refresh
   c.selfplay.max_turns = 3  # short episodes
-  c.selfplay.fill_from_memory = True  # replay seeds when the designer's outputs are invalid
+  c.selfplay.fill_from_memory = True  # replay the library when the designs are invalid
+  c.selfplay.library = "probe"  # dense-reward probe in every skill: varied returns from step 1
+  c.selfplay.action_format = "{}"  # the whole reply is the action: every episode steps its env
   c.selfplay.memory.sample_size = 1  # one memory entry in the designer prompt (short prompt)
   c.sampling.designer = {"max_new_tokens": 64, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.sampling.agent = {"max_new_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
@@ -39,7 +44,8 @@ def get_config() -> ConfigDict:
   c.engine.prefill_buckets = (256, 1024)  # longer prompts (the designer's) go in 1024 chunks
   c.engine.decode_steps_per_poll = 8  # decode steps between host checks
   c.sandbox.num_workers = 2  # this machine has 2 cores
-  c.rl.learning_rate = 1e-5  # visible change in three steps
+  c.rl.learning_rate = 1e-3  # a random tiny model: large steps, so the KL shows by step 2
+  c.rl.beta = 0.04  # KL to the frozen reference (k3): the reference forward runs too
   c.rl.micro_batch_size = 2  # bounds the [rows, heads, T, T] attention of ~3k-token designer rows
   c.rl.total_steps = 3  # schedule horizon = the run
   c.corpus.max_chars = 400  # short passages keep the designer prompt inside the cache

@@ -1,14 +1,18 @@
-"""Experiment configs: the schema with defaults, locating config modules, and validation.
+"""The experiment schema: every config field with its default, config modules, validation.
 
 `base_config()` holds every field the loop, engine, sandbox and trainer read, each with a
-comment; `configs/*.py` start from it and set what their experiment changes. `validate`
-runs once at launch, before anything is built or compiled, and names the field, its value
-and what was expected, so `k=0`, `G=1`, an unknown preset or a missing checkpoint fail in
-the first second instead of after an hour of compilation.
+comment; `configs/*.py` start from it and set what their experiment changes. Defaults of the
+parts with a typed settings struct come from that struct (`SelfPlaySettings`, `RLConfig`,
+`ModelConfig`), so each default is written once. `validate` runs once at launch, before
+anything is built or compiled: it builds those structs (which check themselves) and checks
+the remaining sections, naming the field, its value and what was expected, so `k=0`, `G=1`, an
+unknown preset or a missing checkpoint fail in the first seconds instead of after an hour of
+compilation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import pathlib
@@ -17,12 +21,18 @@ from typing import Any
 
 from ml_collections import ConfigDict, config_dict
 
-from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
+from spade_jax.model.config import PRESETS, ModelConfig
+from spade_jax.model.sharding import MESH_AXES
+from spade_jax.rl.config import RLConfig
+from spade_jax.sandbox.probe import LEVELS
+from spade_jax.selfplay import corpus
+from spade_jax.selfplay.settings import SelfPlaySettings, sampling_config
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "configs"
-SETTINGS = ("games", "tool_use")
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# Fields of RLConfig that are derived from other sections, not set under config.rl.
+DERIVED_RL_FIELDS = {"temperature": "sampling.agent.temperature"}
 
 
 class ConfigError(ValueError):
@@ -31,38 +41,43 @@ class ConfigError(ValueError):
 
 def base_config() -> ConfigDict:
   """Every field with a working default (a small CPU-sized run); experiments override."""
+  sp, model = SelfPlaySettings, ModelConfig  # the typed settings hold the defaults
   c = ConfigDict()
-  c.seed = 0  # root of every random choice (categories, memory samples, resets, sampling)
-  c.setting = "games"  # "games" or "tool_use": designer scaffold and agent action style
+  c.seed = sp.seed  # root of every random choice (categories, memory samples, resets, sampling)
+  c.setting = sp.setting  # "games" or "tool_use": designer scaffold and agent action style
   c.model = ConfigDict()
   c.model.preset = "tiny"  # name in spade_jax.model.config.PRESETS
   c.model.checkpoint = ""  # HF dir / hub id / trainer checkpoint; "" = random init
-  c.model.param_dtype = "float32"  # storage dtype of the weights and optimiser moments
-  c.model.compute_dtype = "float32"  # matmul dtype ("bfloat16" on TPU)
+  c.model.param_dtype = model.param_dtype  # storage dtype of the weights and optimiser moments
+  c.model.compute_dtype = model.compute_dtype  # matmul dtype ("bfloat16" on TPU)
+  # Per-layer rematerialisation in the training pass: "none", "dots" (keep matmul outputs) or
+  # "full" (recompute each layer); trades compute for activation memory on long rows.
+  c.model.remat = model.remat
   c.tokenizer = "tiny"  # "tiny" (bundled SentencePiece) or a dir / hub id with tokenizer.json
   c.mesh = {"data": 1, "fsdp": -1, "tensor": 1, "expert": 1}  # -1 takes the remaining devices
   c.selfplay = ConfigDict()
-  c.selfplay.num_envs = 24  # environments played per step (the step's budget)
-  c.selfplay.k = 4  # refresh interval of the environment set == designer update delay
-  c.selfplay.group_size = 8  # G episodes per arm (no hint / hint) per environment
-  c.selfplay.skills = GAME_CATEGORIES  # the six skill categories of the games seed library
-  c.selfplay.categories_per_step = 3  # categories drawn for each refresh
-  c.selfplay.max_turns = 8  # framework cap on episode length (the env's own may be smaller)
-  c.selfplay.action_format = "<action>{}</action>"  # agent action wrapper; {} = the action
-  c.selfplay.designer_reward = "hint_regret"  # or "ema_learning_potential" (selfplay/regret.py)
-  c.selfplay.invalid_designer_reward = -1.0  # below any regret (>= -1): invalid is worst
-  c.selfplay.use_corpus = True  # ground each designer prompt in a corpus passage
-  c.selfplay.use_memory = True  # show the designer a sample of the environment memory
-  c.selfplay.train_designer = True  # False = frozen designer (no designer gradient)
-  c.selfplay.fixed_envs = False  # fixed-environment GRPO on the seed library, no designer
-  c.selfplay.fill_from_memory = False  # top up a short valid set with memory replays
-  c.selfplay.train_agent_on_hint_arm = False  # hinted episodes only measure regret
+  c.selfplay.num_envs = sp.num_envs  # environments played per step (the step's budget)
+  c.selfplay.k = sp.k  # refresh interval of the environment set == designer update delay
+  c.selfplay.group_size = sp.group_size  # G episodes per arm (no hint / hint) per environment
+  c.selfplay.skills = sp.skills  # skill categories (the games seed library's six by default)
+  c.selfplay.categories_per_step = sp.categories_per_step  # categories drawn for each refresh
+  c.selfplay.max_turns = sp.max_turns  # framework cap on episode length (the env's may be less)
+  c.selfplay.action_format = sp.action_format  # agent action wrapper; {} = the action
+  c.selfplay.designer_reward = sp.designer_reward  # or "ema_learning_potential" (regret.py)
+  c.selfplay.invalid_designer_reward = sp.invalid_designer_reward  # below any regret (>= -1)
+  c.selfplay.use_corpus = sp.use_corpus  # ground each designer prompt in a corpus passage
+  c.selfplay.use_memory = sp.use_memory  # show the designer a sample of the environment memory
+  c.selfplay.train_designer = sp.train_designer  # False = frozen designer (no designer gradient)
+  c.selfplay.fixed_envs = sp.fixed_envs  # fixed-environment GRPO on the seed library
+  c.selfplay.fill_from_memory = sp.fill_from_memory  # top up a short valid set with replays
+  c.selfplay.train_agent_on_hint_arm = sp.train_agent_on_hint_arm  # hint arm only measures
+  c.selfplay.library = sp.library  # "seeds" or "probe" (dense-reward probe; smoke runs)
   c.selfplay.memory = ConfigDict()
-  c.selfplay.memory.capacity = 512  # environments kept; eviction rule in selfplay/memory.py
-  c.selfplay.memory.sample_size = 4  # memory entries shown in each designer prompt
-  c.sampling = ConfigDict()
-  c.sampling.designer = {"max_new_tokens": 2048, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
-  c.sampling.agent = {"max_new_tokens": 512, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+  c.selfplay.memory.capacity = sp.memory_capacity  # environments kept (selfplay/memory.py)
+  c.selfplay.memory.sample_size = sp.memory_sample_size  # memory entries per designer prompt
+  c.sampling = ConfigDict()  # the trainer's temperature is the rollouts' (one for both roles)
+  c.sampling.designer = sampling_config(sp.designer_sampling)
+  c.sampling.agent = sampling_config(sp.agent_sampling)
   c.engine = ConfigDict()
   c.engine.num_slots = 64  # concurrent conversations (KV-cache rows)
   c.engine.max_cache_len = 8192  # tokens per conversation: prompt + every turn
@@ -78,31 +93,8 @@ def base_config() -> ConfigDict:
   c.sandbox.step_timeout_s = 1.0  # wall clock for one step()
   c.sandbox.memory_mb = 1024  # address-space cap of an environment process
   c.sandbox.isolation = "strict"  # "strict" | "basic" | "none": see spade_jax/sandbox/probe.py
-  c.rl = ConfigDict()
-  c.rl.learning_rate = 1e-6  # AdamW peak learning rate
-  c.rl.warmup_steps = 0  # linear warmup steps
-  c.rl.schedule = "constant"  # "constant" or "cosine" (to 0 at total_steps)
-  c.rl.total_steps = 400  # decay horizon of the cosine schedule
-  c.rl.weight_decay = 0.0  # AdamW decoupled weight decay
-  c.rl.grad_clip_norm = 1.0  # global-norm clip; 0 disables
-  c.rl.adam_b1 = 0.9  # AdamW first-moment decay
-  c.rl.adam_b2 = 0.999  # AdamW second-moment decay
-  c.rl.adam_eps = 1e-8  # AdamW denominator epsilon
-  c.rl.beta = 0.0  # KL coefficient to the initial policy; 0 = no reference model
-  c.rl.kl_estimator = "k3"  # "k1" or "k3"
-  c.rl.clip_low = 0.2  # importance ratio lower bound 1 - clip_low
-  c.rl.clip_high = 0.28  # upper bound 1 + clip_high (clip-higher)
-  c.rl.loss_agg = "token_mean"  # "token_mean" or "seq_mean_token_mean"
-  c.rl.adv_estimator = "grpo"  # advantage estimator (registry in spade_jax/rl/advantages.py)
-  c.rl.adv_std_bessel = False  # unbiased std in the group normalisation
-  c.rl.adv_eps = 1e-6  # added to the group std
-  c.rl.micro_batch_size = 0  # rows per gradient-accumulation micro-batch; 0 = whole batch
-  c.rl.agent_weight = 1.0  # scale of the agent's advantages
-  c.rl.designer_weight = 1.0  # scale of the designer's advantages
-  c.rl.temperature = 1.0  # sampling temperature of the rollouts (must match c.sampling)
-  c.rl.logprob_chunk = 64  # positions per vocabulary-projection chunk (bounds [rows, chunk, V])
-  c.rl.logprob_positions = "loss"  # "loss": logits only at loss tokens (<= 8 shapes per length)
-  c.rl.logprob_remat = False  # recompute chunk logits in the backward: less memory, +1 matmul
+  # Every trainer setting, with RLConfig's defaults and comments (spade_jax/rl/config.py).
+  c.rl = ConfigDict(rl_defaults())
   c.corpus = ConfigDict()
   c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in docstring corpus
   c.corpus.format = "auto"  # "auto" (by suffix), "text", "jsonl" or "parquet"
@@ -119,6 +111,12 @@ def base_config() -> ConfigDict:
   # skips recompiling the engine's and the trainer's shapes.
   c.train.compilation_cache_dir = "~/.cache/spade_jax/xla"
   return c
+
+
+def rl_defaults() -> dict[str, Any]:
+  """RLConfig's fields and defaults, less those derived from other sections."""
+  return {f.name: f.default for f in dataclasses.fields(RLConfig)
+          if f.name not in DERIVED_RL_FIELDS}
 
 
 def resolve_config_path(arg: str) -> str:
@@ -157,56 +155,16 @@ def _check_path_or_hub(field: str, value: str) -> None:
                       "checkpoint / tokenizer path or a hub id 'org/name')")
 
 
-def _check_sampling(role: str, s: ConfigDict, rl_temperature: float) -> None:
-  f = f"sampling.{role}"
-  _require(isinstance(s.max_new_tokens, int) and s.max_new_tokens > 0,
-           f"{f}.max_new_tokens", s.max_new_tokens, "an int > 0")
-  _require(_is_number(s.temperature) and s.temperature > 0, f"{f}.temperature", s.temperature,
-           "> 0 (GRPO needs sampled log-probs, so no greedy rollouts)")
-  _require(s.temperature == rl_temperature, f"{f}.temperature", s.temperature,
-           f"equal to config.rl.temperature={rl_temperature} (the trainer rescales logits by it)")
-  _require(_is_number(s.top_p) and 0 < s.top_p <= 1, f"{f}.top_p", s.top_p, "in (0, 1]")
-  _require(isinstance(s.top_k, int) and s.top_k >= 0, f"{f}.top_k", s.top_k, "an int >= 0")
-
-
-def _check_selfplay(sp: ConfigDict, setting: str) -> None:
-  positive_ints = {"num_envs": sp.num_envs, "k": sp.k, "max_turns": sp.max_turns,
-                   "categories_per_step": sp.categories_per_step,
-                   "memory.capacity": sp.memory.capacity}
-  for name, value in positive_ints.items():
-    _require(isinstance(value, int) and value >= 1, f"selfplay.{name}", value, "an int >= 1")
-  _require(isinstance(sp.group_size, int) and sp.group_size >= 2, "selfplay.group_size",
-           sp.group_size, "an int >= 2 (group-relative advantages need two episodes per arm)")
-  _require(isinstance(sp.memory.sample_size, int) and sp.memory.sample_size >= 0,
-           "selfplay.memory.sample_size", sp.memory.sample_size, "an int >= 0")
-  skills = tuple(sp.skills)
-  _require(len(skills) >= 1 and len(set(skills)) == len(skills)
-           and all(isinstance(s, str) and s for s in skills), "selfplay.skills", sp.skills,
-           "a non-empty tuple of distinct category names")
-  known = GAME_CATEGORIES if setting == "games" else TOOL_CATEGORIES
-  _require(set(skills) <= set(known), "selfplay.skills", sp.skills,
-           f"categories of the {setting} setting, among {known}")
-  _require(sp.categories_per_step <= len(skills), "selfplay.categories_per_step",
-           sp.categories_per_step, f"<= len(selfplay.skills)={len(skills)}")
-  _require(isinstance(sp.action_format, str) and sp.action_format.count("{}") == 1,
-           "selfplay.action_format", sp.action_format, "a string with exactly one '{}'")
-  from spade_jax.selfplay.regret import DESIGNER_REWARDS  # pylint: disable=import-outside-toplevel
-  _require(sp.designer_reward in DESIGNER_REWARDS, "selfplay.designer_reward",
-           sp.designer_reward, f"one of {sorted(DESIGNER_REWARDS)}")
-  _require(_is_number(sp.invalid_designer_reward), "selfplay.invalid_designer_reward",
-           sp.invalid_designer_reward, "a finite number")
-
-
 def _check_model(config: ConfigDict) -> None:
-  from spade_jax.model.config import PRESETS  # pylint: disable=import-outside-toplevel
-  _require(config.model.preset in PRESETS, "model.preset", config.model.preset,
-           f"one of {sorted(PRESETS)}")
-  if config.model.checkpoint:
-    _check_path_or_hub("model.checkpoint", config.model.checkpoint)
-  for name in ("param_dtype", "compute_dtype"):
-    value = config.model[name]
-    _require(value in ("float32", "bfloat16", "float16"), f"model.{name}", value,
-             "'float32', 'bfloat16' or 'float16'")
+  m = config.model
+  _require(m.preset in PRESETS, "model.preset", m.preset, f"one of {sorted(PRESETS)}")
+  try:  # the model's own struct checks dtypes and the remat policy
+    PRESETS[m.preset].replace(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
+                              remat=m.remat)
+  except (ValueError, TypeError) as err:
+    raise ConfigError(f"config.model: {err}") from None
+  if m.checkpoint:
+    _check_path_or_hub("model.checkpoint", m.checkpoint)
   _require(isinstance(config.tokenizer, str) and config.tokenizer != "", "tokenizer",
            config.tokenizer, "'tiny' or a tokenizer dir / hub id")
   if config.tokenizer != "tiny":
@@ -214,7 +172,6 @@ def _check_model(config: ConfigDict) -> None:
 
 
 def _check_mesh(mesh: Any) -> None:
-  from spade_jax.model.sharding import MESH_AXES  # pylint: disable=import-outside-toplevel
   sizes = dict(mesh)
   _require(set(sizes) <= set(MESH_AXES), "mesh", sizes, f"axes among {MESH_AXES}")
   _require(all(isinstance(v, int) and (v >= 1 or v == -1) for v in sizes.values())
@@ -237,14 +194,12 @@ def _check_rest(config: ConfigDict) -> None:
            f"increasing positive lengths <= engine.max_cache_len={e.max_cache_len}")
   for name in ("reset_timeout_s", "step_timeout_s", "memory_mb", "num_workers"):
     _require(_is_number(sb[name]) and sb[name] > 0, f"sandbox.{name}", sb[name], "> 0")
-  from spade_jax.sandbox.probe import LEVELS  # pylint: disable=import-outside-toplevel
   _require(sb.isolation in LEVELS, "sandbox.isolation", sb.isolation, f"one of {LEVELS}")
   for name in ("num_steps", "checkpoint_every", "keep_checkpoints", "log_every"):
     _require(isinstance(tr[name], int) and tr[name] >= 1, f"train.{name}", tr[name],
              "an int >= 1")
   _require(isinstance(tr.num_text_summaries, int) and tr.num_text_summaries >= 0,
            "train.num_text_summaries", tr.num_text_summaries, "an int >= 0")
-  from spade_jax.selfplay import corpus  # pylint: disable=import-outside-toplevel
   _require(co.format in corpus.FORMATS, "corpus.format", co.format, f"one of {corpus.FORMATS}")
   _require(isinstance(co.max_chars, int) and co.max_chars >= 1, "corpus.max_chars",
            co.max_chars, "an int >= 1")
@@ -258,17 +213,11 @@ def _check_rest(config: ConfigDict) -> None:
 
 def validate(config: ConfigDict) -> None:
   """Raises ConfigError naming the first bad field; returns None for a usable config."""
-  from spade_jax.rl.config import RLConfig  # pylint: disable=import-outside-toplevel
-  _require(config.setting in SETTINGS, "setting", config.setting, f"one of {SETTINGS}")
-  _require(isinstance(config.seed, int), "seed", config.seed, "an int")
-  _check_model(config)
-  _check_mesh(config.mesh)
-  _check_selfplay(config.selfplay, config.setting)
   try:
+    SelfPlaySettings.from_config(config)  # seed, setting, selfplay, sampling
     RLConfig.from_config(config.rl)
   except ValueError as err:
     raise ConfigError(str(err)) from None
-  for role in ("designer", "agent"):
-    _check_sampling(role, config.sampling[role], config.rl.temperature)
+  _check_model(config)
+  _check_mesh(config.mesh)
   _check_rest(config)
-

@@ -22,6 +22,7 @@ from flax import nnx
 
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
+from spade_jax.envs.probe import VOWELS_HINT, VOWELS_SOURCE
 from spade_jax.metrics.logger import StepLogger
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.load import load_model
@@ -37,25 +38,28 @@ from spade_jax.tokenizer import load_tokenizer
 
 def build_model(config: Any, mesh):
   """The policy: the preset at random init (seeded), or the checkpoint's weights."""
-  param_dtype, compute_dtype = str(config.model.param_dtype), str(config.model.compute_dtype)
-  if not config.model.checkpoint:
-    cfg = get_preset(config.model.preset).replace(param_dtype=param_dtype,
-                                                  compute_dtype=compute_dtype)
+  m = config.model
+  numerics = dict(compute_dtype=str(m.compute_dtype), remat=str(m.remat))
+  if not m.checkpoint:
+    cfg = get_preset(m.preset).replace(param_dtype=str(m.param_dtype), **numerics)
     return create_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(int(config.seed))), mesh)
-  model = load_model(config.model.checkpoint, dtype=param_dtype, mesh=mesh)
-  if compute_dtype == param_dtype:
+  model = load_model(m.checkpoint, dtype=str(m.param_dtype), mesh=mesh)
+  if all(getattr(model.cfg, k) == v for k, v in numerics.items()):
     return model
-  # Compute dtype is static in the module graph: re-merge the loaded weights into a graph
-  # built for the requested compute dtype (no copy of the parameters).
-  cfg = model.cfg.replace(compute_dtype=compute_dtype)
+  # Compute dtype and remat are static in the module graph: re-merge the loaded weights into
+  # a graph built with the requested ones (no copy of the parameters).
+  cfg = model.cfg.replace(**numerics)
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
   return nnx.merge(graphdef, nnx.state(model))
 
 
-def seed_entries(setting: str, skills) -> list[MemoryEntry]:
-  """The seed library of the setting as memory entries (uid "seed/<name>")."""
+def seed_entries(settings: SelfPlaySettings) -> list[MemoryEntry]:
+  """The library memory starts from: the setting's seeds, or the probe in every skill."""
+  if settings.library == "probe":
+    return [MemoryEntry(f"probe/vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
+            for skill in settings.skills]
   return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
-          for s in load_seed_library(kind=setting, categories=skills)]
+          for s in load_seed_library(kind=settings.setting, categories=settings.skills)]
 
 
 def build_engine(config: Any, policy, mesh):
@@ -87,7 +91,8 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   settings = SelfPlaySettings.from_config(config)
   mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
   tokenizer = load_tokenizer(config.tokenizer)
-  trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir)
+  trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir,
+                                temperature=settings.temperature)
   host_state = trainer.restore()
   engine = build_engine(config, trainer.policy, mesh)
   engine.load_weights(trainer.params)
@@ -97,7 +102,7 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   try:
     loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
                         trainer=trainer, corpus=corpus,
-                        library=seed_entries(settings.setting, settings.skills))
+                        library=seed_entries(settings))
     if host_state:
       loop.load_state_dict(host_state)
     num_steps, log_every = int(config.train.num_steps), int(config.train.log_every)

@@ -61,7 +61,7 @@ def progress_line(step: int, num_steps: int, m: dict[str, float], eta_s: float) 
           f"learnable {m['curriculum/learnable_share']:.2f} "
           f"regret {m['curriculum/regret_mean']:+.3f} | "
           f"return {m['agent/return_no_hint']:.3f}/{m['agent/return_hint']:.3f} (no hint/hint) | "
-          f"loss {m['train/loss']:.4f} kl {m['train/kl']:.4f} | "
+          f"loss {m['train/loss']:.3g} kl {m['train/kl']:.3g} | "
           f"gen {m['time/generate_s']:.1f}s sandbox {m['time/sandbox_s']:.1f}s "
           f"train {m['time/train_s']:.1f}s | ETA {format_duration(eta_s)}")
 

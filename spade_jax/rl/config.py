@@ -29,7 +29,7 @@ class RLConfig:
   learning_rate: float = 1e-6
   warmup_steps: int = 0
   schedule: str = "constant"
-  total_steps: int = 1000  # decay horizon of the cosine schedule
+  total_steps: int = 400  # decay horizon of the cosine schedule (the paper's 400 steps)
   weight_decay: float = 0.0
   grad_clip_norm: float = 1.0  # 0 disables clipping
   adam_b1: float = 0.9
@@ -53,7 +53,9 @@ class RLConfig:
   # "loss": logits only at loss positions (step_inputs.loss_positions); "all": every position.
   logprob_positions: str = "loss"
   logprob_remat: bool = False  # recompute chunk logits in the backward: no [B, T, V] kept
-  temperature: float = 1.0  # the engine's sampling temperature; logits are divided by it
+  # The rollouts' sampling temperature (logits are divided by it). Not a config.rl field:
+  # Trainer.from_config takes it from config.sampling (SelfPlaySettings.temperature).
+  temperature: float = 1.0
 
   def __post_init__(self):
     for name, options in (("schedule", SCHEDULES), ("kl_estimator", tuple(KL_ESTIMATORS)),
@@ -87,6 +89,9 @@ class RLConfig:
     """Builds the struct from `config.rl` (ConfigDict or mapping); unknown keys raise."""
     values = dict(rl.to_dict() if hasattr(rl, "to_dict") else rl)
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    if "temperature" in values:
+      raise ValueError("config.rl.temperature is not a setting: the trainer uses the rollouts' "
+                       "temperature, config.sampling.agent.temperature")
     unknown = sorted(set(values) - set(fields))
     if unknown:
       raise ValueError(f"unknown config.rl field(s) {unknown}; known: {sorted(fields)}")

@@ -19,6 +19,7 @@ reference stays the initial model, exactly as in the uninterrupted run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import os
 from collections.abc import Callable
@@ -80,14 +81,20 @@ class Trainer:
 
   @classmethod
   def from_config(cls, config: Any, model: nnx.Module, mesh: Mesh | None = None,
-                  workdir: str | os.PathLike | None = None) -> Trainer:
-    """Reads config.rl, config.seed and config.train.{checkpoint_every, keep_checkpoints}."""
+                  workdir: str | os.PathLike | None = None, *,
+                  temperature: float = 1.0) -> Trainer:
+    """Reads config.rl, config.seed and config.train.{checkpoint_every, keep_checkpoints}.
+
+    `temperature` is the rollouts' sampling temperature (`SelfPlaySettings.temperature`,
+    derived from config.sampling): the trainer's log-probs divide the logits by it.
+    """
+    rl = dataclasses.replace(RLConfig.from_config(config.rl), temperature=float(temperature))
     checkpoints = None
     if workdir is not None:
       checkpoints = CheckpointManager(
           os.path.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
           keep=int(config.train.keep_checkpoints))
-    return cls(config.rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
+    return cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
 
   @property
   def params(self) -> nnx.State:

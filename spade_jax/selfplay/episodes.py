@@ -44,8 +44,8 @@ MISSING_ACTION = ("No action found in your reply. End your reply with exactly on
 
 def check_action_format(action_format: str) -> None:
   if action_format.count("{}") != 1:
-    raise ValueError(f"config.selfplay.action_format={action_format!r} must contain exactly one "
-                     "'{}' where the action goes, e.g. '<action>{}</action>'")
+    raise ValueError(f"config.selfplay.action_format={action_format!r}: expected a string with "
+                     "exactly one '{}' where the action goes, e.g. '<action>{}</action>'")
 
 
 def extract_action(text: str, action_format: str) -> str | None:

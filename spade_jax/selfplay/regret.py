@@ -77,6 +77,6 @@ DESIGNER_REWARDS: dict[str, Callable[[ArmReturns], float | None]] = {
 
 def get_designer_reward(name: str) -> Callable[[ArmReturns], float | None]:
   if name not in DESIGNER_REWARDS:
-    raise ValueError(f"config.selfplay.designer_reward={name!r}; expected one of "
+    raise ValueError(f"config.selfplay.designer_reward={name!r}: expected one of "
                      f"{sorted(DESIGNER_REWARDS)}")
   return DESIGNER_REWARDS[name]

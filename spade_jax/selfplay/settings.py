@@ -1,67 +1,118 @@
-"""The self-play loop's settings: one frozen struct read from the experiment config.
+"""The self-play loop's settings: one frozen struct, the single source of its defaults.
 
 `SelfPlaySettings.from_config(config)` reads `config.seed`, `config.setting`,
-`config.selfplay.*` and `config.sampling.{designer, agent}` (field names in COMMON config
-schema / configs/*.py). Values the loop cannot run with raise a ValueError naming the field.
+`config.selfplay.*`, `config.sampling.{designer, agent}` and `config.engine.max_cache_len`;
+`spade_jax.config_schema.base_config()` takes its self-play and sampling defaults from the
+fields below. The struct checks itself on construction, so the launcher's validation and the
+loop share one set of checks; each failure names the config field, its value and what was
+expected.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from typing import Any
 
 from spade_jax.engine.api import SamplingParams
+from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
 from spade_jax.selfplay.episodes import check_action_format
 from spade_jax.selfplay.prompts import SETTINGS, designer_system_prompt
 from spade_jax.selfplay.regret import get_designer_reward
 
+SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
+LIBRARIES = ("seeds", "probe")
+# The config path of each field whose name differs from its place under config.selfplay.
+_FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfplay.memory.capacity",
+                "memory_sample_size": "selfplay.memory.sample_size",
+                "designer_sampling": "sampling.designer", "agent_sampling": "sampling.agent",
+                "max_cache_len": "engine.max_cache_len"}
+
+
+class SettingsError(ValueError):
+  """A self-play setting the loop cannot run with; the message names the config field."""
+
+
+def field_path(name: str) -> str:
+  return _FIELD_PATHS.get(name, f"selfplay.{name}")
+
+
+def _require(ok: bool, field: str, value: Any, expected: str) -> None:
+  if not ok:
+    raise SettingsError(f"config.{field}={value!r}: expected {expected}")
+
 
 @dataclasses.dataclass(frozen=True)
 class SelfPlaySettings:
-  """What one self-play step does; see docs/selfplay.md for each field's default and why."""
+  """What one self-play step does; docs/selfplay.md says why each default is what it is."""
 
-  skills: tuple[str, ...]
-  seed: int = 0
-  setting: str = "games"
-  num_envs: int = 24
-  k: int = 4
-  group_size: int = 8
-  categories_per_step: int = 3
-  max_turns: int = 8
-  action_format: str = "<action>{}</action>"
-  designer_reward: str = "hint_regret"
-  invalid_designer_reward: float = -1.0
-  use_corpus: bool = True
-  use_memory: bool = True
-  train_designer: bool = True
-  fixed_envs: bool = False
-  fill_from_memory: bool = False
-  train_agent_on_hint_arm: bool = False
-  memory_capacity: int = 512
-  memory_sample_size: int = 4
+  skills: tuple[str, ...] = GAME_CATEGORIES  # skill categories the designer is asked for
+  seed: int = 0  # root of every random choice (categories, memory samples, resets, sampling)
+  setting: str = "games"  # "games" or "tool_use": designer scaffold and agent action style
+  num_envs: int = 24  # environments played per step (the step's budget)
+  k: int = 4  # refresh interval of the environment set == designer update delay
+  group_size: int = 8  # G episodes per arm (no hint / hint) per environment
+  categories_per_step: int = 3  # categories drawn for each refresh
+  max_turns: int = 8  # framework cap on episode length (the env's own may be smaller)
+  action_format: str = "<action>{}</action>"  # agent action wrapper; {} = the action
+  designer_reward: str = "hint_regret"  # or "ema_learning_potential" (selfplay/regret.py)
+  invalid_designer_reward: float = -1.0  # below any regret (>= -1): invalid is worst
+  use_corpus: bool = True  # ground each designer prompt in a corpus passage
+  use_memory: bool = True  # show the designer a sample of the environment memory
+  train_designer: bool = True  # False = frozen designer (no designer gradient)
+  fixed_envs: bool = False  # fixed-environment GRPO on the seed library, no designer
+  fill_from_memory: bool = False  # top up a short valid set with memory replays
+  train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
+  # The library memory starts from: "seeds" (the setting's seed environments) or "probe" (the
+  # dense-reward probe environment in every skill, so a random model earns varied returns).
+  library: str = "seeds"
+  memory_capacity: int = 512  # environments kept; eviction rule in selfplay/memory.py
+  memory_sample_size: int = 4  # memory entries shown in each designer prompt
   designer_sampling: SamplingParams = SamplingParams(max_new_tokens=2048)
-  agent_sampling: SamplingParams = SamplingParams(max_new_tokens=256)
+  agent_sampling: SamplingParams = SamplingParams(max_new_tokens=512)
   max_cache_len: int | None = None  # the engine's tokens per conversation (None: unbounded)
 
   def __post_init__(self):
-    if self.setting not in SETTINGS:
-      raise ValueError(f"config.setting={self.setting!r}; expected one of {SETTINGS}")
-    for name, low in (("num_envs", 1), ("k", 1), ("group_size", 2), ("max_turns", 1),
-                      ("categories_per_step", 1), ("memory_capacity", 1),
-                      ("memory_sample_size", 0)):
-      if getattr(self, name) < low:
-        raise ValueError(f"config.selfplay.{name}={getattr(self, name)} must be >= {low}")
-    if not self.skills:
-      raise ValueError("config.selfplay.skills is empty: name at least one skill category")
-    if len(set(self.skills)) != len(self.skills):
-      raise ValueError(f"config.selfplay.skills={self.skills} has duplicates")
-    if self.categories_per_step > len(self.skills):
-      raise ValueError(f"config.selfplay.categories_per_step={self.categories_per_step} exceeds "
-                       f"the {len(self.skills)} skills {self.skills}")
-    check_action_format(self.action_format)
-    get_designer_reward(self.designer_reward)
+    _require(self.setting in SETTINGS, "setting", self.setting, f"one of {SETTINGS}")
+    _require(isinstance(self.seed, int), "seed", self.seed, "an int")
+    for name in ("num_envs", "k", "max_turns", "categories_per_step", "memory_capacity"):
+      value = getattr(self, name)
+      _require(_is_int(value) and value >= 1, field_path(name), value, "an int >= 1")
+    _require(_is_int(self.group_size) and self.group_size >= 2, field_path("group_size"),
+             self.group_size, "an int >= 2 (group-relative advantages need two episodes per arm)")
+    _require(_is_int(self.memory_sample_size) and self.memory_sample_size >= 0,
+             field_path("memory_sample_size"), self.memory_sample_size, "an int >= 0")
+    _require(len(self.skills) >= 1 and len(set(self.skills)) == len(self.skills)
+             and all(isinstance(s, str) and s for s in self.skills), field_path("skills"),
+             self.skills, "a non-empty tuple of distinct category names")
+    _require(self.categories_per_step <= len(self.skills), field_path("categories_per_step"),
+             self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
+    _require(self.library in LIBRARIES, field_path("library"), self.library,
+             f"one of {LIBRARIES}")
+    _require(_is_number(self.invalid_designer_reward), field_path("invalid_designer_reward"),
+             self.invalid_designer_reward, "a finite number")
+    for name in ("action_format", "designer_reward"):
+      _require(isinstance(getattr(self, name), str), field_path(name), getattr(self, name),
+               "a string")
+    try:
+      check_action_format(self.action_format)
+      get_designer_reward(self.designer_reward)
+    except ValueError as err:
+      raise SettingsError(str(err)) from None
     designer_system_prompt(self.setting, self.designer_reward)  # the reward has prompt text
+    for name in ("designer_sampling", "agent_sampling"):
+      _check_sampling(field_path(name), getattr(self, name))
+    _require(self.designer_sampling.temperature == self.agent_sampling.temperature,
+             "sampling.agent.temperature", self.agent_sampling.temperature,
+             f"equal to config.sampling.designer.temperature="
+             f"{self.designer_sampling.temperature} (one policy: the trainer divides every "
+             "row's logits by the same temperature)")
+
+  @property
+  def temperature(self) -> float:
+    """The rollouts' sampling temperature, which the trainer's log-probs must use."""
+    return self.agent_sampling.temperature
 
   def max_prompt_tokens(self, params: SamplingParams) -> int | None:
     """Longest prompt that leaves room for a whole reply in the engine's cache."""
@@ -69,31 +120,62 @@ class SelfPlaySettings:
 
   @classmethod
   def from_config(cls, config: Any) -> SelfPlaySettings:
+    """Builds and checks the settings; the skills must be the setting's categories."""
     sp = config.selfplay
-    return cls(
-        skills=tuple(sp.skills), seed=int(config.seed), setting=str(config.setting),
-        num_envs=int(sp.num_envs), k=int(sp.k), group_size=int(sp.group_size),
-        categories_per_step=int(sp.categories_per_step), max_turns=int(sp.max_turns),
-        action_format=str(sp.action_format), designer_reward=str(sp.designer_reward),
-        invalid_designer_reward=float(sp.invalid_designer_reward),
+    settings = cls(
+        skills=tuple(sp.skills), seed=config.seed, setting=config.setting,
+        num_envs=sp.num_envs, k=sp.k, group_size=sp.group_size,
+        categories_per_step=sp.categories_per_step, max_turns=sp.max_turns,
+        action_format=sp.action_format, designer_reward=sp.designer_reward,
+        invalid_designer_reward=sp.invalid_designer_reward,
         use_corpus=bool(sp.use_corpus), use_memory=bool(sp.use_memory),
         train_designer=bool(sp.train_designer), fixed_envs=bool(sp.fixed_envs),
         fill_from_memory=bool(sp.fill_from_memory),
-        train_agent_on_hint_arm=bool(sp.train_agent_on_hint_arm),
-        memory_capacity=int(sp.memory.capacity), memory_sample_size=int(sp.memory.sample_size),
+        train_agent_on_hint_arm=bool(sp.train_agent_on_hint_arm), library=sp.library,
+        memory_capacity=sp.memory.capacity, memory_sample_size=sp.memory.sample_size,
         designer_sampling=sampling_params(config.sampling.designer, "designer"),
         agent_sampling=sampling_params(config.sampling.agent, "agent"),
         max_cache_len=int(config.engine.max_cache_len))
+    known = SETTING_CATEGORIES[settings.setting]
+    _require(set(settings.skills) <= set(known), "selfplay.skills", sp.skills,
+             f"categories of the {settings.setting} setting, among {known}")
+    return settings
+
+
+def sampling_config(params: SamplingParams) -> dict[str, Any]:
+  """The config.sampling.<role> dict of `params` (the inverse of `sampling_params`)."""
+  return {"max_new_tokens": params.max_new_tokens, "temperature": params.temperature,
+          "top_p": params.top_p, "top_k": params.top_k}
 
 
 def sampling_params(values: Mapping[str, Any] | Any, role: str) -> SamplingParams:
   """SamplingParams from config.sampling.<role> (max_new_tokens, temperature, top_p, top_k)."""
   get = values.get  # dict or ConfigDict
-  if get("max_new_tokens") is None:
-    raise ValueError(f"config.sampling.{role}.max_new_tokens is required")
-  params = SamplingParams(max_new_tokens=int(get("max_new_tokens")),
-                          temperature=float(get("temperature", 1.0)),
-                          top_p=float(get("top_p", 1.0)), top_k=int(get("top_k", 0)))
-  if params.max_new_tokens <= 0:
-    raise ValueError(f"config.sampling.{role}.max_new_tokens={params.max_new_tokens} must be > 0")
+  unknown = sorted(set(values.keys()) - {"max_new_tokens", "temperature", "top_p", "top_k"})
+  _require(not unknown, f"sampling.{role}", dict(values), "only the keys max_new_tokens, "
+           f"temperature, top_p and top_k (unknown: {unknown})")
+  _require(get("max_new_tokens") is not None, f"sampling.{role}.max_new_tokens", None,
+           "an int > 0 (required)")
+  defaults = SamplingParams(max_new_tokens=1)
+  params = SamplingParams(max_new_tokens=get("max_new_tokens"),
+                          temperature=get("temperature", defaults.temperature),
+                          top_p=get("top_p", defaults.top_p), top_k=get("top_k", defaults.top_k))
+  _check_sampling(f"sampling.{role}", params)
   return params
+
+
+def _check_sampling(field: str, s: SamplingParams) -> None:
+  _require(_is_int(s.max_new_tokens) and s.max_new_tokens > 0, f"{field}.max_new_tokens",
+           s.max_new_tokens, "an int > 0")
+  _require(_is_number(s.temperature) and s.temperature > 0, f"{field}.temperature",
+           s.temperature, "> 0 (GRPO needs sampled log-probs, so no greedy rollouts)")
+  _require(_is_number(s.top_p) and 0 < s.top_p <= 1, f"{field}.top_p", s.top_p, "in (0, 1]")
+  _require(_is_int(s.top_k) and s.top_k >= 0, f"{field}.top_k", s.top_k, "an int >= 0")
+
+
+def _is_int(x: Any) -> bool:
+  return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x: Any) -> bool:
+  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -9,6 +9,7 @@ import pytest
 
 from spade_jax import config_schema
 from spade_jax.rl.config import RLConfig
+from spade_jax.selfplay.settings import SelfPlaySettings
 
 sys.path.insert(0, os.fspath(config_schema.REPO_ROOT / "launch"))
 import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
@@ -36,13 +37,38 @@ def test_overrides_and_workdir():
 
 
 def test_every_trainer_setting_is_in_the_base_config_with_its_default():
-  """So each RLConfig field can be overridden as --config.rl.NAME=VALUE."""
+  """So each RLConfig field can be overridden as --config.rl.NAME=VALUE (but the derived one)."""
   rl = config_schema.base_config().rl
   defaults = {f.name: f.default for f in dataclasses.fields(RLConfig)}
-  assert set(rl.keys()) == set(defaults)
-  assert {k: rl[k] for k in defaults if rl[k] != defaults[k]} == {"total_steps": 400}
+  assert set(rl.keys()) == set(defaults) - {"temperature"}
+  assert {k: rl[k] for k in rl.keys() if rl[k] != defaults[k]} == {}
   config, _, _ = _parse("--config=smoke.py", "--config.rl.logprob_positions=all")
   assert RLConfig.from_config(config.rl).logprob_positions == "all"
+
+
+def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
+  """One source of truth: the base config's self-play fields are SelfPlaySettings' defaults."""
+  settings = SelfPlaySettings.from_config(config_schema.base_config())
+  defaults = SelfPlaySettings()
+  assert settings == dataclasses.replace(defaults, max_cache_len=settings.max_cache_len)
+  model = config_schema.base_config().model
+  assert (model.param_dtype, model.compute_dtype, model.remat) == ("float32", "float32", "none")
+
+
+def test_trainer_temperature_is_the_rollouts():
+  with pytest.raises(config_schema.ConfigError, match="unknown config field.*temperature"):
+    _parse("--config=smoke.py", "--config.rl.temperature=0.7")
+  config, _, _ = _parse("--config=smoke.py", "--config.sampling.agent.temperature=0.7",
+                        "--config.sampling.designer.temperature=0.7")
+  config_schema.validate(config)
+  assert SelfPlaySettings.from_config(config).temperature == 0.7
+
+
+def test_model_remat_reaches_the_policy():
+  from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
+  config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots")
+  config_schema.validate(config)
+  assert build_model(config, mesh=None).cfg.remat == "dots"
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
@@ -101,6 +127,11 @@ def test_shipped_configs_validate(name, tmp_path):
     ("selfplay.skills=('deduction','lookup')", r"skills=.*categories of the games setting"),
     ("selfplay.designer_reward=novelty", r"designer_reward='novelty': expected one of"),
     ("sampling.agent.temperature=0.7", r"sampling.agent.temperature=0.7: expected equal"),
+    ("sampling.agent.top_p=0", r"config.sampling.agent.top_p=0.0: expected in \(0, 1\]"),
+    ("model.remat=all", r"config.model: ModelConfig.remat='all'; expected one of"),
+    ("model.compute_dtype=int8", r"config.model: ModelConfig.compute_dtype='int8'"),
+    ("selfplay.library=mine", r"config.selfplay.library='mine': expected one of"),
+    ("selfplay.memory.capacity=0", r"config.selfplay.memory.capacity=0: expected an int >= 1"),
     ("rl.kl_estimator=k9", r"config.rl.kl_estimator='k9'"),
     ("mesh.fsdp=0", r"config.mesh=.*sizes >= 1"),
     ("selfplay.action_format=<a></a>", r"action_format='<a></a>': expected a string"),

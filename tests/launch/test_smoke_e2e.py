@@ -16,6 +16,7 @@ import sys
 
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.util import tensor_util
 
 from spade_jax import config_schema
 
@@ -32,6 +33,12 @@ def _scalars(workdir):
   acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"tensors": 0})
   acc.Reload()
   return {tag: [e.step for e in acc.Tensors(tag)] for tag in acc.Tags()["tensors"]}
+
+
+def _values(workdir, tag):
+  acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"tensors": 0})
+  acc.Reload()
+  return [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
 
 
 def _latest_host_state(workdir):
@@ -72,7 +79,9 @@ def smoke_runs(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
   launch(2)
+  tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
   first = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
+           "values": {t: _values(workdir, t) for t in tags},
            "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read()}
   launch(3)
   second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
@@ -87,6 +96,17 @@ def test_every_tag_written_each_step(smoke_runs):
   for tag in REQUIRED_TAGS:
     assert first["scalars"][tag] == [1, 2], tag
   assert "envs/0" in first["scalars"] and "rollouts/no_hint" in first["scalars"]
+
+
+def test_every_stage_runs_for_real(smoke_runs):
+  """The smoke config steps environments in the sandbox and trains on non-zero advantages."""
+  values = smoke_runs[0]["values"]
+  assert all(v > 0 for v in values["time/sandbox_s"]), values
+  assert all(v > 0 for v in values["agent/return_no_hint"]), values  # the probe's vowel share
+  assert all(v > 0 for v in values["train/grad_norm"]), values  # non-zero advantages
+  kl_step1, kl_step2 = values["train/kl"]
+  assert kl_step1 == pytest.approx(0, abs=1e-6) and kl_step2 > 0, values  # ref == policy at 1
+  assert values["train/loss"][1] != 0, values
 
 
 def test_checkpoint_and_log(smoke_runs):

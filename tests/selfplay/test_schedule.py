@@ -68,7 +68,8 @@ def test_split_budget_spreads_slots_evenly():
     (dict(categories_per_step=3), "categories_per_step=3"),
     (dict(action_format="<action></action>"), "exactly one"),
     (dict(designer_reward="regret"), "designer_reward='regret'"),
-    (dict(setting="chess"), "config.setting='chess'"), (dict(skills=()), "skills is empty"),
+    (dict(setting="chess"), "config.setting='chess'"),
+    (dict(skills=()), r"config.selfplay.skills=\(\): expected a non-empty"),
 ])
 def test_bad_settings_fail_with_the_field_name(overrides, message):
   with pytest.raises(ValueError, match=message):

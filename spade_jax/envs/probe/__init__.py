@@ -16,3 +16,4 @@ import pathlib
 
 VOWELS_FILE = pathlib.Path(__file__).with_name("vowels.py")
 VOWELS_SOURCE = VOWELS_FILE.read_text()
+VOWELS_HINT = "Answer with vowels only: a, e, i, o, u and nothing else."
