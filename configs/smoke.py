@@ -2,10 +2,9 @@ r"""Smoke run: the tiny model on CPU, a handful of environments, three steps, ev
 
     python launch/tpu_run.py --config configs/smoke.py --workdir runs/smoke   # = make smoke
 
-Expected: under 10 minutes on a 2-core CPU machine including compilation; measured 64 s
-wall clock and 5.1 GB peak RSS for `make smoke` on the 2-core dev VM (load ~2), 254 s when
-the machine was shared with other jobs. Most of it is compiling the engine's buckets and
-the train step.
+Expected: under 10 minutes on a 2-core CPU machine including compilation (measured
+figures: bench/RESULTS.md). Most of it is compiling the engine's buckets and the train
+step.
 
 A randomly initialised tiny model writes almost no valid environment, so `fill_from_memory`
 tops each set up with seed-library replays; the log says per step how many environments were
