@@ -362,8 +362,8 @@ def _geometric_lengths(full: int) -> list[int]:
 
   Attention reads the whole length, so a finer ladder reads fewer unused entries (at most
   half as many as needed, with these) but compiles each call at more shapes; this one keeps
-  about eight lengths whatever the cache size. On the 2-core dev CPU, bench/rollout (16-step
-  blocks) took 23.9-24.3 s with these against 24.8-25.8 s with (full/4, full/2, full).
+  about eight lengths whatever the cache size, and runs bench/rollout.py faster than
+  (full/4, full/2, full).
   """
   low = max(64, 1 << max(full // 16 - 1, 0).bit_length())
   return [n for k in range(low.bit_length() - 1, full.bit_length())

@@ -37,9 +37,8 @@ class Einsum(nnx.Module):
   whose kernel starts with the contracted axes ("btnh,nhd->btd") runs as one 2-D matmul,
   [B*T, contracted] x [contracted, rest] (`matmul.matmul`, fp32 accumulation and a backward
   that keeps bf16 compute in bf16). XLA's CPU backend then compiles the matmul's
-  gradients without transposing the activations (the SwiGLU block's forward and backward on
-  bench-40m, 8 x 512, fp32: -30 % time), and no longer copies the output projection's kernel
-  into another layout at every decode step (an 8-slot decode block: 342 -> 305 ms).
+  gradients without transposing the activations, and does not copy the output projection's
+  kernel into another layout at every decode step.
   """
 
   def __init__(self, spec: str, shape: Sequence[int], axes: Sequence[str | None], *,
@@ -87,9 +86,9 @@ def scale_multiply(scale: jax.Array, x: jax.Array) -> jax.Array:
   """scale [D] cast to x's dtype, times x [..., D]; the scale's gradient is summed in fp32.
 
   Autodiff would sum the scale's gradient over every token in x's dtype: with bf16 compute
-  that is a bf16 sum over B*T (times heads for the q/k norms) terms, which at 8 x 512 tokens
-  with cancelling terms left 63 of 64 entries wrong, some by 60x (tests/model/test_layers.py).
-  Here the products are summed in fp32 (also faster on CPU).
+  that is a bf16 sum over B*T (times heads for the q/k norms) terms, which loses most
+  entries when the terms cancel (tests/model/test_layers.py keeps such a case). Here the
+  products are summed in fp32 (also faster on CPU).
   """
   return scale.astype(x.dtype) * x
 

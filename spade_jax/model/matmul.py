@@ -4,18 +4,17 @@
 both operands to `compute_dtype`, accumulates in fp32 and returns `out_dtype`. Its custom
 backward keeps the same contract for the two gradient matmuls:
 - the output cotangent is cast to `compute_dtype` once, so with bf16 compute all three
-  matmuls read bf16 and accumulate in fp32 (what a TPU MXU does, and what XLA's CPU backend
-  runs on its bf16 dot kernels: 340-400 GF/s on the 2-core dev CPU against about 150 GF/s
-  for the fp32 fallback that JAX's own transpose rule produces, whose gradient matmuls take
-  the fp32 cotangent and upcast the bf16 operand);
+  matmuls read bf16 and accumulate in fp32 (what a TPU MXU does). On XLA's CPU backend
+  that keeps them on the fast bf16 dot kernels; JAX's own transpose rule would take the
+  fp32 cotangent and upcast the bf16 operand, which runs on the much slower fp32 fallback;
 - the weight gradient is returned in the parameter's dtype straight from the fp32
   accumulator (fp32 master weights get an unrounded gradient);
 - on the CPU backend, with bf16 compute, the weight gradient's left operand is transposed
   into row-major memory first. XLA's CPU dot library takes only a row-major left operand
   whose contracted axis is last; `x^T @ g` as a plain dot contracts axis 0 and falls back
   to Eigen in fp32. The explicit transpose costs one pass over [M, K]. In fp32 the Eigen
-  fallback is as fast as the library (bench-40m GRPO step: 422 tok/s either way, 405 with
-  the transpose), so fp32 keeps the plain dot.
+  fallback is as fast as the library, so there the transpose would only cost time and fp32
+  keeps the plain dot.
 """
 
 from __future__ import annotations

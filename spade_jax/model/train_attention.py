@@ -17,11 +17,7 @@ its time in element-wise passes and transposes of the [B, N, T, T] score arrays:
 - the key and value gradients are formed as [B, K, Hd, S] (`q^T @ ds`, `do^T @ p`) and
   transposed once at the end: contracting the query axis of `ds` or `p` directly makes
   their left operand column-major, which the library does not take.
-Measured on the 2-core dev CPU (bench-40m shape, 8 x 512, one core under contention):
-forward + backward of one layer's attention 513 ms -> 206 ms. The bias, the scaled q and
-the transposed key/value gradients then took it (medians of 15 interleaved runs, quiet
-machine) from 106 to 88 ms in fp32 and from 94 to 88 ms in bf16 (forward alone: 53 -> 43
-and 49 -> 36 ms); for the `tiny` shape (Hd 16) from 28 to 11 ms.
+The figures behind each choice are in bench/RESULTS.md.
 
 A query with no visible key (a padding token) gets uniform weights over the keys up to the
 end of its block instead of over all keys; its output is never used (see attention.py).
@@ -40,9 +36,8 @@ _MASK_BIAS = -1e30
 
 DEFAULT_BLOCK = 64
 # Blocks are unrolled in the traced program, and the key gradients sum over block pairs, so
-# compile time grows with their number. The 2-layer tiny model's train step compiled in 25 s
-# at T = 4096 and 69 s at T = 8192 with 64-row blocks throughout; with at most 32 blocks,
-# in 12 and 16 s, and its warm step took the same time (0.9-1.1 s and 3.6 s).
+# compile time grows with their number; capping it keeps long rows (designer rows reach 8k
+# tokens) quick to compile without slowing the warm step.
 MAX_BLOCKS = 32
 
 

@@ -182,10 +182,8 @@ class _Fns(NamedTuple):
 _COMPILED: dict[tuple, _Fns] = {}
 
 # XLA's CPU scheduler by default orders the step for concurrency (independent ops run side
-# by side). Its memory-optimised order keeps fewer buffers live: measured on the 2-core dev
-# CPU, the bench-40m GRPO step (8 x 512, with the reference forward) needs 2.3 GB of
-# scratch memory instead of 3.1 (bf16 compute; fp32 2.9 instead of 3.6) and runs 1-7 %
-# faster in bf16, unchanged in fp32 (docs/rl.md).
+# by side). Its memory-optimised order keeps fewer buffers live: the step needs less
+# scratch memory and is no slower (bench/RESULTS.md).
 _CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 
 

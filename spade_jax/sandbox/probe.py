@@ -87,7 +87,7 @@ class Layers:
 
 @functools.lru_cache(maxsize=1)
 def probe() -> Layers:
-  """Runs the probe once per process (about 0.1 s)."""
+  """Runs the probe once per process (it starts one throwaway interpreter)."""
   source = pathlib.Path(jail.__file__).read_text()
   try:
     code = _PROBE % (list(NAMESPACES), interpreter_dirs())
