@@ -53,8 +53,9 @@ class EnvPool(Protocol):
   def reset(self, episodes: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:
     """Starts episodes (episode_id, source, seed) in fresh interpreter state each."""
 
-  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
-    """Advances live episodes by one action each; a done episode is closed."""
+  def step(self, actions: Sequence[tuple[Hashable, str | dict]]) -> list[EnvStep]:
+    """Advances live episodes by one action each (text, or a tool call {"name",
+    "arguments"}); a done episode is closed."""
 
   def close_episodes(self, episode_ids: Sequence[Hashable]) -> None:
     """Ends live episodes early and frees their workers."""

@@ -36,6 +36,11 @@ VALIDATION_SEEDS = (0, 1, 2, 3, 4, 5)  # seeds the validator resets with
 VALIDATION_STEPS = 4  # random-action steps per validation episode
 MIN_DISTINCT_EPISODES = 2  # fewer distinct episodes over VALIDATION_SEEDS: flagged as constant
 VALIDATION_TIMEOUT_S = 5.0  # wall clock for a whole validation run
+DETERMINISM_STEPS = 3  # steps of the episode replayed on a fresh instance to check determinism
+PROBE_SEEDS = (101, 102, 103)  # fresh seeds for the oracle and the degenerate-policy probe
+ORACLE_MIN_RETURN = 0.99  # oracle_actions() must reach this return on every probe seed
+DEGENERATE_MAX_RETURN = 0.5  # a degenerate policy reaching this mean return: hackable
+STUFFED_NUMBERS = 101  # the stuffed probe reply lists the integers 0..100 among its guesses
 
 _ALLOWED_LIST = textwrap.fill(
     ", ".join(sorted(ALLOWED_IMPORTS - {"__future__"})), width=88, subsequent_indent="    ")
@@ -50,9 +55,11 @@ Write one Python source file that defines exactly one class (any name) with thes
       episode, and different seeds must give different episodes (different puzzles,
       not the same answer every time).
 
-  def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
-      Apply the agent's action text and return
+  def step(self, action: str | dict) -> tuple[str, float, bool, bool, dict]:
+      Apply the agent's action and return
       (observation, reward, terminated, truncated, info).
+      The action is the agent's text (a str), or, in a tool-use environment, a tool call
+      already parsed into a dict {{"name": str, "arguments": dict}}.
       terminated=True when the episode is over (solved or failed for good);
       truncated=True when you stop it for another reason (for example a turn limit).
 
@@ -62,9 +69,16 @@ Optional class attributes:
   tools: list[dict] For tool-use environments: tool specs in OpenAI function-calling form,
                     {{"type": "function", "function": {{"name": str, "description": str,
                     "parameters": <JSON schema object>}}}}, at most {MAX_TOOLS}. They are
-                    shown to the agent; the action passed to step is then the raw text
-                    the agent produced: either a tool call as JSON
-                    {{"name": "<tool>", "arguments": {{...}}}} or a plain reply.
+                    shown to the agent; each tool call it makes reaches step as the dict
+                    {{"name": "<tool>", "arguments": {{...}}}}, and its plain replies to
+                    the user as a str. The schemas may use type, properties, required,
+                    enum, items and description. Required in the tool-use setting.
+
+Optional method (the validator uses it; a run may require it):
+  def oracle_actions(self) -> list:
+      Called right after reset: the actions (strs, or tool-call dicts) that solve the
+      current instance, computed from the hidden state. Played in order, they must reach
+      a return of at least {ORACLE_MIN_RETURN:g}.
 
 Rules:
   - The class must be constructible with no arguments: Env().
@@ -74,7 +88,11 @@ Rules:
   - info must be a dict of JSON values (str, int, float, bool, None, list, dict) whose JSON
     is at most {MAX_INFO_CHARS} characters. Rewards must be finite numbers.
   - An unexpected or malformed action must not crash the environment: answer it with an
-    observation that explains the expected format.
+    observation that explains the expected format. A tool call whose arguments match the
+    tool's schema must get a tool result, never a crash.
+  - Degenerate play must not pay: empty replies, repeating the example action of the first
+    observation, or one reply that lists many candidate answers must earn a mean return
+    below {DEGENERATE_MAX_RETURN:g}.
   - reset must finish within {DEFAULT_RESET_TIMEOUT_S:g} s and each step within
     {DEFAULT_STEP_TIMEOUT_S:g} s; memory is limited to {DEFAULT_MEMORY_MB} MiB.
   - Imports are limited to these standard-library modules:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
+import json
 from collections.abc import Hashable
 
 from spade_jax.sandbox import coerce, contract
@@ -32,6 +33,24 @@ def seed_value(seed) -> int | None:
   if isinstance(seed, bool) or int(seed) != seed:
     raise ValueError(f"seed must be an int or None, got {seed!r}"[:200])
   return int(seed)
+
+
+def wire_action(action: str | dict) -> str | dict:
+  """The action as `step` receives it: text cut to MAX_ACTION_CHARS, or a tool call dict.
+
+  A tool call must be {"name": str, "arguments": dict} of at most MAX_ACTION_CHARS characters
+  of JSON (the reply parser guarantees it); anything else is the caller's bug: ValueError.
+  """
+  if not isinstance(action, dict):
+    return str(action)[: contract.MAX_ACTION_CHARS]
+  if (set(action) != {"name", "arguments"} or not isinstance(action["name"], str)
+      or not isinstance(action["arguments"], dict)):
+    raise ValueError(f'a tool call must be {{"name": str, "arguments": dict}}, got {action!r}'
+                     [:300])
+  size = len(json.dumps(action))
+  if size > contract.MAX_ACTION_CHARS:
+    raise ValueError(f"a tool call of {size} characters of JSON > {contract.MAX_ACTION_CHARS}")
+  return json.loads(json.dumps(action))  # a copy, as the real pool's JSON round trip makes
 
 
 @functools.lru_cache(maxsize=256)

@@ -79,12 +79,12 @@ class FakePool:
       records.append(record)
     return records
 
-  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
+  def step(self, actions: Sequence[tuple[Hashable, str | dict]]) -> list[EnvStep]:
     records = []
     for episode_id, action in actions:
       record = self.ledger.unknown(episode_id)
       if record is None:
-        data = self._envs[episode_id].step(str(action)[: contract.MAX_ACTION_CHARS])
+        data = self._envs[episode_id].step(episodes.wire_action(action))
         record = self.ledger.step_record(episode_id, _decode(data))
         if episode_id not in self.ledger.live:
           del self._envs[episode_id]

@@ -256,7 +256,7 @@ class SandboxPool:
     self._release(ended)
     return records
 
-  def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
+  def step(self, actions: Sequence[tuple[Hashable, str | dict]]) -> list[EnvStep]:
     records: list[EnvStep | None] = [None] * len(actions)
     items, seen, ended = [], set(), []
     for i, (episode_id, action) in enumerate(actions):
@@ -265,7 +265,7 @@ class SandboxPool:
         records[i] = coerce.error_record("infra", f"episode {episode_id!r} stepped twice")
       if records[i] is None:
         seen.add(episode_id)
-        payload = {"op": "step", "action": str(action)[: contract.MAX_ACTION_CHARS]}
+        payload = {"op": "step", "action": episodes.wire_action(action)}
         items.append((i, self._live[episode_id], json.dumps(payload).encode()))
     replies = self._exchange(items, self.step_timeout_s, contract.MAX_MESSAGE_BYTES)
     for i, proc, _ in items:

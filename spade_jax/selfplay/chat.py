@@ -31,24 +31,29 @@ class ChatFormatter:
     return self.tokenizer.encode(
         self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True))
 
-  def turn_text(self, content: str, role: str = "user") -> str:
-    """Template text after an assistant reply: end of turn, the message, generation prompt."""
+  def turn_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
+    """Template text after an assistant reply: end of turn, the messages, generation prompt.
+
+    Several tool results in a row render as the template renders them (Qwen3: one user turn
+    holding a <tool_response> block each).
+    """
     rendered = self.tokenizer.apply_chat_template(
         [{"role": "user", "content": _USER}, {"role": "assistant", "content": _REPLY},
-         {"role": role, "content": content}], add_generation_prompt=True)
+         *messages], add_generation_prompt=True)
     at = rendered.find(_REPLY)
     if at < 0:
       raise ValueError("the chat template dropped the assistant message; cannot continue "
                        "conversations with it")
     return rendered[at + len(_REPLY):]
 
-  def turn_ids(self, content: str, reply_tokens: Sequence[int], role: str = "user") -> list[int]:
-    """Ids to append after `reply_tokens` (the sampled reply) to add a `role` message.
+  def turn_ids(self, messages: Sequence[Mapping[str, Any]],
+               reply_tokens: Sequence[int]) -> list[int]:
+    """Ids to append after `reply_tokens` (the sampled reply) to add `messages`.
 
     When the reply already ends with the template's end-of-turn token (it stopped on it),
     that token is in the cache and is not sent again.
     """
-    ids = self.tokenizer.encode(self.turn_text(content, role))
+    ids = self.tokenizer.encode(self.turn_text(messages))
     if reply_tokens and ids and ids[0] == reply_tokens[-1]:
       ids = ids[1:]
     return ids

@@ -9,13 +9,16 @@ Per episode we keep the full token sequence (prompt, sampled replies exactly as 
 observation turns), a loss mask that is 1 only on sampled tokens, their behaviour
 log-probs, the per-turn rewards and a transcript.
 
-Action extraction: the text inside the LAST `action_format` match of the reply (the agent
-may reason first). A reply without an action does not reach the environment: the episode
-gets the explicit observation `MISSING_ACTION` (reward 0, the turn counts), because a
-designed environment may reward a lucky substring of free-form reasoning and the agent
-would learn to shotgun answers. Exception, per the contract: in a tool-use environment (one
-with `tools`) a reply without a tool call is the agent's plain answer to the user and goes
-to the environment as raw text.
+Replies go through `spade_jax.selfplay.replies.parse_reply`, the same parser for both
+settings: reasoning in <think> never counts; a tool-use environment (one with `tools`) gets
+each <tool_call> of a reply as a parsed {"name", "arguments"} object, in order, each result
+its own tool turn (the consecutive results are rendered together, as the chat template
+renders them); a reply without a call is the agent's plain answer to the user and goes to
+the environment as text. A games environment gets the text of the last action-format match.
+What cannot be dispatched (no action, malformed JSON, an undeclared tool) does not reach the
+environment: the agent gets an explicit error observation (reward 0, the turn counts),
+because a designed environment may reward a lucky substring of free-form reasoning and the
+agent would learn to shotgun answers.
 
 Truncation: an episode ends after min(config max_turns, the environment's own max_turns)
 replies, or when the engine's cache for it is full. An episode whose first prompt does not
@@ -30,37 +33,12 @@ earned so far.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Hashable, Sequence
 
 from spade_jax.engine.api import Request, SamplingParams
-from spade_jax.selfplay import prompts
+from spade_jax.selfplay import prompts, replies
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.timing import Timings
-
-MISSING_ACTION = ("No action found in your reply. End your reply with exactly one action "
-                  "written as {example}.")
-
-
-def check_action_format(action_format: str) -> None:
-  if action_format.count("{}") != 1:
-    raise ValueError(f"config.selfplay.action_format={action_format!r}: expected a string with "
-                     "exactly one '{}' where the action goes, e.g. '<action>{}</action>'")
-
-
-def extract_action(text: str, action_format: str) -> str | None:
-  """The stripped text inside the last match of `action_format`, None if there is none."""
-  prefix, suffix = action_format.split("{}")
-  if not prefix and not suffix:
-    action = text.strip()
-  elif not suffix:
-    at = text.rfind(prefix)
-    action = text[at + len(prefix):].strip() if at >= 0 else ""
-  else:
-    pattern = re.escape(prefix) + "(.*?)" + re.escape(suffix)
-    matches = re.findall(pattern, text, re.DOTALL)
-    action = matches[-1].strip() if matches else ""
-  return action or None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,67 +145,84 @@ class _Runner:
       self.live[self._cid(ep)] = ep
       self._submit(ep, ids)
 
-  def _observe(self, ep: Episode, observation: str, role: str, reward: float) -> None:
-    """Adds an environment turn; ends the episode at the turn cap, else asks for the next."""
-    ep.rewards.append(float(reward))
-    ep.messages.append({"role": role, "content": observation})
+  def _continue(self, ep: Episode, new_messages: list[dict]) -> None:
+    """Ends the episode at the turn cap, else sends the environment's turns and asks again."""
+    ep.messages.extend(new_messages)
     if ep.turns >= ep.spec.max_turns:
       ep.truncated = True
       self._finish(ep, close=True)
       return
     reply = ep.tokens[-1:] if ep.loss_mask[-1:] == [1] else []
-    ids = self.formatter.turn_ids(observation, reply, role)
+    ids = self.formatter.turn_ids(new_messages, reply)
     ep.append(ids, sampled=False)
     self._submit(ep, ids)
 
+  def _receive(self, comp) -> list[replies.ReplyPart] | None:
+    """Records a finished turn; returns the parts of its reply to dispatch (None: it ended)."""
+    ep = self.live[comp.conversation_id]
+    ep.append(comp.tokens, sampled=True, logprobs=comp.logprobs)
+    ep.turns += 1
+    ids = comp.tokens
+    stops = self.settings.params.stop_token_ids
+    stopped = ids and comp.finish_reason == "stop" and ids[-1] in stops
+    text = self.formatter.tokenizer.decode(ids[:-1] if stopped else ids)
+    ep.messages.append({"role": "assistant", "content": text})
+    if comp.finish_reason == "cache_full":
+      ep.truncated = True
+      self._finish(ep, close=True)
+      return None
+    return list(replies.parse_reply(text, tools=ep.tools,
+                                    action_format=self.settings.action_format).parts)
+
+  def _end(self, ep: Episode, new_messages: list[dict], rec) -> None:
+    """The episode ended on `rec`: an environment or sandbox error, or done."""
+    if rec.error_kind is not None:
+      ep.dropped = rec.infra_error
+      ep.error_kind, ep.error_detail = rec.error_kind, rec.error_detail
+    else:
+      ep.messages.extend(new_messages)
+      ep.terminated, ep.truncated = rec.terminated, rec.truncated
+    self._finish(ep, close=False)
+
   def advance(self) -> None:
-    """Polls the engine once and steps every episode whose turn completed."""
+    """Polls the engine once and dispatches the parts of every reply that completed: one
+    batched sandbox `step` per round, the k-th dispatchable part of each reply in round k."""
     with self.timings.phase("generate_s"):
       completions = self.engine.poll()
-    to_step = []
+    queued = {}  # conversation id -> (episode, parts left, the environment's new messages)
     for comp in completions:
-      ep = self.live[comp.conversation_id]
-      ep.append(comp.tokens, sampled=True, logprobs=comp.logprobs)
-      ep.turns += 1
-      ids = comp.tokens
-      stops = self.settings.params.stop_token_ids
-      stopped = ids and comp.finish_reason == "stop" and ids[-1] in stops
-      text = self.formatter.tokenizer.decode(ids[:-1] if stopped else ids)
-      ep.messages.append({"role": "assistant", "content": text})
-      if comp.finish_reason == "cache_full":
-        ep.truncated = True
-        self._finish(ep, close=True)
+      parts = self._receive(comp)
+      if parts is not None:
+        queued[comp.conversation_id] = (self.live[comp.conversation_id], parts, [])
+    while queued:
+      batch = []
+      for cid, (ep, parts, new) in list(queued.items()):
+        while parts and parts[0].kind == "error":
+          ep.rewards.append(0.0)
+          new.append({"role": "tool" if ep.tools else "user", "content": parts.pop(0).error})
+        if parts:
+          batch.append((cid, parts.pop(0)))
+        else:
+          del queued[cid]
+          self._continue(ep, new)
+      if not batch:
         continue
-      action = extract_action(text, self.settings.action_format)
-      if action is None and ep.tools is None:
-        example = prompts.action_format_example(self.settings.action_format)
-        self._observe(ep, MISSING_ACTION.format(example=example), "user", 0.0)
-      else:
-        to_step.append((ep, action if action is not None else text.strip(), action is not None))
-    if not to_step:
-      return
-    with self.timings.phase("sandbox_s"):
-      records = self.pool.step([(ep.spec.key, action) for ep, action, _ in to_step])
-    for (ep, _, called_tool), rec in zip(to_step, records, strict=True):
-      if rec.error_kind is not None:
-        ep.dropped = rec.infra_error
-        ep.error_kind, ep.error_detail = rec.error_kind, rec.error_detail
-        ep.rewards.append(0.0)
-        self._finish(ep, close=False)
-      elif rec.terminated or rec.truncated:
-        ep.rewards.append(float(rec.reward))
-        ep.messages.append({"role": "user", "content": rec.observation})
-        ep.terminated, ep.truncated = rec.terminated, rec.truncated
-        self._finish(ep, close=False)
-      else:
-        role = "tool" if ep.tools is not None and called_tool else "user"
-        self._observe(ep, rec.observation, role, rec.reward)
+      with self.timings.phase("sandbox_s"):
+        records = self.pool.step([(queued[cid][0].spec.key, part.action) for cid, part in batch])
+      for (cid, part), rec in zip(batch, records, strict=True):
+        ep, _, new = queued[cid]
+        ep.rewards.append(0.0 if rec.error_kind is not None else float(rec.reward))
+        new.append({"role": "tool" if part.kind == "call" else "user",
+                    "content": rec.observation})
+        if rec.done:
+          del queued[cid]
+          self._end(ep, new, rec)
 
 
 def play_episodes(engine, pool, formatter: ChatFormatter, specs: Sequence[EpisodeSpec],
                   settings: EpisodeSettings, timings: Timings) -> list[Episode]:
   """Plays every spec to the end; returns the episodes in spec order."""
-  check_action_format(settings.action_format)
+  replies.check_action_format(settings.action_format)
   episodes = [Episode(spec) for spec in specs]
   runner = _Runner(engine, pool, formatter, settings, timings)
   runner.start(episodes)

@@ -3,7 +3,8 @@
 The designer sees its role and reward, the environment contract quoted verbatim from
 `spade_jax.sandbox.contract`, a scaffold, a corpus passage, a sample of the environment
 memory and the skill category to target; it answers with one python block and a
-`<hint>`. The agent sees its role, the action format and (in the hint arm) the hint;
+`<hint>`. The agent sees its role, the action format (in the tool-use setting the chat
+template's own tool-call instructions, see `replies.py`) and, in the hint arm, the hint;
 observations arrive as user turns (tool results as tool turns in the tool-use setting).
 All messages are plain {"role", "content"} dicts for `Tokenizer.apply_chat_template`.
 """
@@ -14,6 +15,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from spade_jax.sandbox.contract import CONTRACT_TEXT
+from spade_jax.selfplay.replies import action_format_example
 
 SETTINGS = ("games", "tool_use")
 MEMORY_SOURCE_CHARS = 1500  # each memory entry's source is cut to this in the designer prompt
@@ -31,7 +33,10 @@ Good environments: procedurally generated from the seed (many different instance
 several turns of interaction where information is revealed by the agent's actions, partial
 rewards for measurable progress, a first observation that states the task, the rules and the
 exact action syntax but NOT the method that solves it, and clear feedback on malformed actions.
-The agent's actions reach step() as plain text."""
+Also write oracle_actions(): the actions that solve the current instance, computed from your
+hidden state; the validator plays them and requires a full return, and it rejects
+environments that a degenerate player (empty replies, the example action, or one reply that
+lists many candidate answers) wins."""
 
 REWARD_TEXT = {
     "hint_regret": """You are rewarded by the hint-based regret: its mean return
@@ -47,9 +52,13 @@ _DESIGNER_ROLE_TOOLS = """\
 This is a tool-use environment: define the class attribute `tools` (OpenAI function-calling
 specs), keep a stateful backend in the instance (records, accounts, files, ...), give the
 user's instructions as observations (the next instruction once the previous one is done),
-and reward correct tool calls and final states. A tool call reaches step() as JSON
-{"name": "<tool>", "arguments": {...}}; anything else is the agent's plain reply to the user.
-The hint is a step-by-step plan: which tools to call, in which order, with which arguments."""
+and reward correct tool calls and final states. A tool call reaches step() already parsed, as
+a dict {"name": "<tool>", "arguments": {...}}; a str is the agent's plain reply to the user.
+The validator calls every declared tool with arguments that match its JSON schema: answer
+each call with a tool result (an error message for bad values), never crash, and never
+answer a tool call as if it were chat. oracle_actions() returns the calls (dicts) and replies
+(strs) that complete every instruction. The hint is a step-by-step plan: which tools to
+call, in which order, with which arguments."""
 
 _OUTPUT_FORMAT = """\
 Answer with exactly one ```python code block that holds the whole environment (one class),
@@ -76,6 +85,10 @@ class GeneratedEnv:
     # Parse the action; explain the expected format when it is malformed (reward 0.0).
     # Give partial rewards for progress; the rewards of one episode sum to at most 1.
     return "<feedback>", 0.0, False, False, {}
+
+  def oracle_actions(self):
+    # The actions that solve this instance, computed from the hidden state.
+    return ["<action>"]
 '''
 
 SCAFFOLD_TOOLS = '''\
@@ -98,12 +111,16 @@ class GeneratedToolEnv:
     return "<the user's first instruction>", {}
 
   def step(self, action):
-    try:
-      call = json.loads(action)
-    except ValueError:
-      return "<reply to a plain message>", 0.0, False, False, {}
-    # Run call["name"] with call["arguments"] on the backend; reward correct calls.
-    return "<tool result as text>", 0.0, False, False, {}
+    if isinstance(action, str):
+      return "<reply to the user's plain message>", 0.0, False, False, {}
+    # action is {"name": ..., "arguments": {...}}: run the tool on the backend.
+    result = {"error": f"unknown tool {action['name']}"}
+    # Reward correct calls and final states; the rewards of one episode sum to at most 1.
+    return json.dumps(result), 0.0, False, False, {}
+
+  def oracle_actions(self):
+    # The calls and replies that complete every instruction, from the hidden state.
+    return [{"name": "<tool_name>", "arguments": {"<arg>": "<value>"}}, "<final reply>"]
 '''
 
 _AGENT_ROLE = """\
@@ -112,10 +129,10 @@ is the environment's observation. Think as much as you need, then end every repl
 one action written as {action}; only the text inside is sent to the environment."""
 
 _AGENT_ROLE_TOOLS = """\
-You are an assistant that completes the user's requests by calling the tools you are given.
-Call one tool per reply, written as {action} with JSON {{"name": ..., "arguments": {{...}}}}
-inside; its result comes back as the next message. Reply in plain text when the request is
-done or when you need to tell the user something."""
+You are an assistant that completes the user's requests by calling the tools you are given,
+in the tool-call format described below. You may call several tools in one reply; each
+result comes back as a tool response, in order. Reply in plain text, without a tool call,
+when the request is done or when you need to tell the user something."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -187,16 +204,11 @@ def designer_messages(category: str, passage: str | None, memory: Sequence[Memor
           {"role": "user", "content": designer_user_message(category, passage, memory)}]
 
 
-def action_format_example(action_format: str) -> str:
-  """The format with a placeholder filled in, e.g. '<action>YOUR ACTION</action>'."""
-  return action_format.replace("{}", "YOUR ACTION")
-
-
 def agent_system_prompt(action_format: str, hint: str | None = None,
                         tools: bool = False) -> str:
   """Agent role; the hint arm appends the designer's privileged hint."""
-  template = _AGENT_ROLE_TOOLS if tools else _AGENT_ROLE
-  prompt = template.format(action=action_format_example(action_format))
+  prompt = _AGENT_ROLE_TOOLS if tools else _AGENT_ROLE.format(
+      action=action_format_example(action_format))
   if hint:
     prompt += f"\n\nPrivileged hint for this environment:\n{hint.strip()}"
   return prompt

@@ -17,9 +17,9 @@ from typing import Any
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
-from spade_jax.selfplay.episodes import check_action_format
 from spade_jax.selfplay.prompts import SETTINGS, designer_system_prompt
 from spade_jax.selfplay.regret import get_designer_reward
+from spade_jax.selfplay.replies import check_action_format
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
 LIBRARIES = ("seeds", "probe")

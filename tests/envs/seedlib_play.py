@@ -7,6 +7,7 @@ are the hand-written seed library, never generated code.
 import functools
 
 from spade_jax.envs import library
+from spade_jax.selfplay.replies import parse_reply
 
 
 @functools.cache
@@ -35,7 +36,15 @@ class Episode:
     self.terminated = False
     self.trace = [self.obs]  # every observation, to compare episodes across seeds
 
-  def act(self, action: str) -> str:
+  def say(self, reply: str) -> list[str]:
+    """Plays a raw model reply through the reply parser: one step per part, in order."""
+    observations = []
+    for part in parse_reply(reply, tools=getattr(self.env, "tools", None)).parts:
+      assert part.kind != "error", part.error
+      observations.append(self.act(part.action))
+    return observations
+
+  def act(self, action: str | dict) -> str:
     assert not self.done, f"acted after the episode ended: {action!r}"
     self.obs, reward, terminated, truncated, _ = self.env.step(action)
     assert isinstance(reward, float) and 0.0 <= reward <= 1.0, reward

@@ -25,14 +25,18 @@ GARBAGE = ["", " ", "?", "help", "42", "-7", "yes", "north", "A1", "1 2 3 4 5 6 
 PROBES = ["guess 1 2 3", "ask Ada", "suggest Plum rope kitchen", "set 1 1 1", "cross Ann Bob",
           "fill A", "move A B", "flip 3", "probe 0 0", "move north 1", "roll east", "move up",
           "mod 7", "combine 3 * 4", "buy 1 2 3", "set 2 2 10", "predict 5", "query 1",
-          "test 1 2 3", "encrypt ab", "weigh 1 2 vs 3 4", "set 10101", "drop 3", "compare A B",
-          '{"name": "list_accounts", "arguments": {}}',
-          '{"name": "search_products", "arguments": {"query": "pen"}}',
-          '{"name": "list_events", "arguments": {"date": "2026-03-10"}}',
-          '{"name": "search_people", "arguments": {"name": "a"}}',
-          '{"name": "read_table", "arguments": {"table": "sales"}}',
-          '{"name": "search_flights", "arguments": {"origin": "SFO", "destination": "JFK", '
-          '"date": "2026-05-10"}}']
+          "test 1 2 3", "encrypt ab", "weigh 1 2 vs 3 4", "set 10101", "drop 3", "compare A B"]
+# Tool-use seeds also get parsed tool calls (what the reply parser passes on), good and bad.
+TOOL_CALLS = [{"name": "nope", "arguments": {}}, {"name": "transfer", "arguments": {}},
+              {"name": "transfer", "arguments": {"amount_cents": True}},
+              {"name": "list_events", "arguments": {"date": [1]}},
+              {"name": "list_accounts", "arguments": {}},
+              {"name": "search_products", "arguments": {"query": "pen"}},
+              {"name": "list_events", "arguments": {"date": "2026-03-10"}},
+              {"name": "search_people", "arguments": {"name": "a"}},
+              {"name": "read_table", "arguments": {"table": "sales"}},
+              {"name": "search_flights", "arguments": {"origin": "SFO", "destination": "JFK",
+                                                       "date": "2026-05-10"}}]
 
 
 def test_manifest_lists_every_seed_file_once():
@@ -122,11 +126,11 @@ def test_garbage_actions_never_crash_and_keep_the_return_in_range(name):
     rng = random.Random(seed)
     env = cls()
     obs, info = env.reset(seed)
-    assert isinstance(obs, str) and ("Action" in obs or "JSON" in obs), obs
+    assert isinstance(obs, str) and ("Action" if kind == "games" else "tools") in obs, obs
     json.dumps(info)
     total, done, turns = 0.0, False, 0
     while not done:
-      action = rng.choice(GARBAGE + PROBES)
+      action = rng.choice(GARBAGE + PROBES + (TOOL_CALLS if kind == "tool_use" else []))
       obs, reward, terminated, truncated, info = env.step(action)
       assert isinstance(obs, str) and obs and len(obs) <= 4000
       assert isinstance(terminated, bool) and isinstance(truncated, bool)

@@ -9,13 +9,8 @@ from spade_jax.sandbox.api import EnvStep
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.batching import Sample, agent_samples, build_train_batch
 from spade_jax.selfplay.chat import ChatFormatter
-from spade_jax.selfplay.episodes import (
-  MISSING_ACTION,
-  EpisodeSettings,
-  EpisodeSpec,
-  extract_action,
-  play_episodes,
-)
+from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
+from spade_jax.selfplay.replies import MISSING_ACTION
 from spade_jax.selfplay.timing import Timings
 
 TOK = ByteTokenizer()
@@ -44,15 +39,6 @@ def probe_then(tag, hinted, step, turn):
   if turn == 0:
     return "<action>probe</action>"
   return "hmm <action>x</action> no: <action>lose</action>"
-
-
-def test_extract_action_takes_the_last_match():
-  fmt = "<action>{}</action>"
-  assert extract_action("a <action> up </action> b <action>down</action>", fmt) == "down"
-  assert extract_action("no action", fmt) is None
-  assert extract_action("<action>  </action>", fmt) is None
-  assert extract_action("ANSWER: 42", "ANSWER: {}") == "42"
-  assert extract_action("  raw text ", "{}") == "raw text"
 
 
 def test_returns_turns_and_tokens_match_a_full_rerender():
@@ -159,22 +145,23 @@ class Lookup:
     return "[env T] What does the apple cost?", {}
 
   def step(self, action):
-    try:
-      call = json.loads(action)
-    except ValueError:
-      call = None
-    if not isinstance(call, dict):
+    if isinstance(action, str):
       ok = action.strip() == str(self.price)
       return "thanks", 1.0 if ok else 0.0, True, False, {}
+    if action["arguments"].get("item") != "apple":
+      return json.dumps({"error": "unknown item"}), 0.0, False, False, {}
     return json.dumps({"price": self.price}), 0.0, False, False, {}
 '''
 
 
-def test_tool_use_episode_sends_calls_as_json_and_plain_replies_raw():
+def test_tool_use_episode_sends_parsed_calls_and_plain_replies_as_text():
+  call = '<tool_call>\n{"name": "%s", "arguments": {"item": "apple"}}\n</tool_call>'
+
   def rule(tag, hinted, step, turn):
-    if turn == 0:
-      return '<tool_call>\n{"name": "get_price", "arguments": {"item": "apple"}}\n</tool_call>'
-    return "PRICE"  # replaced below by the price the tool returned
+    if turn == 0:  # a draft in the thinking, a good call, an undeclared tool, malformed JSON
+      return (f"<think>\nMaybe {call % 'get_cost'}\n</think>\n\n{call % 'get_price'}\n"
+              f"{call % 'get_cost'}\n<tool_call>\n{{\"name\": \"get_price\"\n</tool_call>")
+    return "<think>\nThe tool said it.\n</think>\n\nPRICE"  # PRICE: replaced below
 
   policy = ScriptedPolicy(TOK, {}, rule)
 
@@ -183,20 +170,23 @@ def test_tool_use_episode_sends_calls_as_json_and_plain_replies_raw():
     text = TOK.decode(ids)
     if "PRICE" in text:
       price = TOK.decode(history).rsplit('{"price": ', 1)[1].split("}")[0]
-      ids = TOK.encode(price) + [TOK.eos_id]
+      ids = TOK.encode(text.replace("PRICE", price))
       logprobs = [REPLY_LOGPROB] * len(ids)
     return ids, logprobs
 
   engine = FakeEngine(reply, num_slots=2, steps_per_poll=64)
   spec = EpisodeSpec((0, "t", "no_hint", 0), "t", "no_hint", TOOL_ENV, None, 5, 1, 4)
-  params = SamplingParams(max_new_tokens=128, stop_token_ids=TOK.stop_ids)
+  params = SamplingParams(max_new_tokens=512, stop_token_ids=TOK.stop_ids)
   (ep,) = play_episodes(engine, FakePool(), ChatFormatter(TOK), [spec],
-                        EpisodeSettings("<tool_call>{}</tool_call>", params), Timings())
+                        EpisodeSettings("<action>{}</action>", params), Timings())
   assert ep.tools[0]["function"]["name"] == "get_price"
   assert ep.episode_return == 1.0 and ep.terminated and ep.turns == 2
-  assert [m["role"] for m in ep.messages] == ["system", "user", "assistant", "tool",
-                                              "assistant", "user"]
+  assert ep.rewards == [0.0, 0.0, 0.0, 1.0]
+  assert [m["role"] for m in ep.messages] == ["system", "user", "assistant", "tool", "tool",
+                                              "tool", "assistant", "user"]
   assert ep.messages[3]["content"] == '{"price": 8}'
+  assert "no tool named 'get_cost'" in ep.messages[4]["content"]
+  assert "Tool call 3 was not run: its JSON is malformed" in ep.messages[5]["content"]
   prompt = TOK.decode(ep.tokens[:ep.loss_mask.index(1)])
   assert "<tools>" in prompt and "get_price" in prompt
   assert "<tool_response>" in TOK.decode(ep.tokens)

@@ -34,5 +34,5 @@ def test_agent_prompt_states_the_action_format_and_only_the_hint_arm_sees_the_hi
   hinted = prompts.agent_system_prompt("<action>{}</action>", hint="sort first")
   assert "<action>YOUR ACTION</action>" in plain and "sort first" not in plain
   assert hinted.startswith(plain) and hinted.endswith("sort first")
-  tools = prompts.agent_system_prompt("<tool_call>{}</tool_call>", tools=True)
-  assert "<tool_call>YOUR ACTION</tool_call>" in tools
+  tools = prompts.agent_system_prompt("<action>{}</action>", tools=True)
+  assert "several tools in one reply" in tools and "<action>" not in tools

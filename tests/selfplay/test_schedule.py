@@ -79,13 +79,15 @@ def test_bad_settings_fail_with_the_field_name(overrides, message):
 def test_turn_delta_skips_an_end_of_turn_token_the_reply_already_has():
   tok = ByteTokenizer()
   fmt = ChatFormatter(tok)
-  assert fmt.turn_text("obs") == "<|im_end|>\n<|im_start|>user\nobs<|im_end|>\n" \
-                                 "<|im_start|>assistant\n"
-  full = tok.encode(fmt.turn_text("obs"))
-  assert fmt.turn_ids("obs", [40, tok.eos_id]) == full[1:]
-  assert fmt.turn_ids("obs", [40, 41]) == full  # cut reply: the template closes the turn
-  tool = fmt.turn_text("42", role="tool")
-  assert "<tool_response>\n42\n</tool_response>" in tool
+  obs = [{"role": "user", "content": "obs"}]
+  assert fmt.turn_text(obs) == "<|im_end|>\n<|im_start|>user\nobs<|im_end|>\n" \
+                               "<|im_start|>assistant\n"
+  full = tok.encode(fmt.turn_text(obs))
+  assert fmt.turn_ids(obs, [40, tok.eos_id]) == full[1:]
+  assert fmt.turn_ids(obs, [40, 41]) == full  # cut reply: the template closes the turn
+  tools = fmt.turn_text([{"role": "tool", "content": "42"}, {"role": "tool", "content": "7"}])
+  assert tools == ("<|im_end|>\n<|im_start|>user\n<tool_response>\n42\n</tool_response>\n"
+                   "<tool_response>\n7\n</tool_response><|im_end|>\n<|im_start|>assistant\n")
 
 
 def test_derived_seeds_are_stable_and_distinct():

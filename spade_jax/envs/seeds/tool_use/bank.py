@@ -56,29 +56,24 @@ class BankAssistant:
     left = self.start[self.src] - self.amount - self.bill
     fill = {"<SRC>": self.src, "<DST>": self.dst, "<AMOUNT>": self.amount, "<BILL>": self.bill,
             "<PAYEE>": self.payee, "<SRC balance in dollars>": f"${left / 100:,.2f}"}
-    obs = ("You are a banking assistant with tools list_accounts, transfer and pay_bill. Call a "
-           'tool by answering with JSON {"name": TOOL, "arguments": {...}}; answer the user in '
-           f"plain text.\nUser: {self.requests[0]}")
-    return obs, {"reference_calls": self._reference(fill)}
+    obs = ("You are a banking assistant with tools list_accounts, transfer and pay_bill. Use the "
+           f"tools to do it; answer the user in plain text.\nUser: {self.requests[0]}")
+    self.reference = self._reference(fill)
+    return obs, {}
 
   def _reference(self, fill):
     return [{k: {a: fill.get(v, v) for a, v in c[k].items()} if k == "arguments"
              else fill.get(c[k], c[k]) for k in c} for c in self.reference_calls]
 
+  def oracle_actions(self):
+    """The reference calls and replies that complete this instance, from the hidden state."""
+    return [call["reply"] if "reply" in call else call for call in self.reference]
+
   def _parse(self, action):
-    """(tool, arguments) for a tool call, ("", {}) for a broken one, (None, text) for a reply."""
-    text = str(action)
-    wrapped = re.search(r"<tool_call>(.*?)(?:</tool_call>|$)", text, re.S)
-    body = wrapped.group(1) if wrapped else text
-    try:
-      call = json.JSONDecoder().raw_decode(body[body.index("{"):])[0]
-      args = call.get("arguments", {})
-      args = json.loads(args) if isinstance(args, str) else args
-      if isinstance(call["name"], str) and isinstance(args, dict):
-        return call["name"], args
-    except (ValueError, KeyError, AttributeError, TypeError):
-      pass
-    return ("", {}) if wrapped or text.lstrip().startswith("{") else (None, text)
+    """(tool, arguments) for a tool call (a dict), (None, text) for a plain reply."""
+    if isinstance(action, dict):
+      return action["name"], action["arguments"]
+    return None, str(action)
 
   def _run(self, name, args):
     if name == "list_accounts":
@@ -123,8 +118,7 @@ class BankAssistant:
     if name is None:
       obs = ""
     elif name not in tools:
-      obs = json.dumps({"error": 'no such tool or unreadable call; use JSON {"name": TOOL, '
-                                 f'"arguments": {{...}}}} with TOOL in {", ".join(tools)}'})
+      obs = json.dumps({"error": f"no tool named {name!r}; tools: {', '.join(tools)}"})
     else:
       obs = json.dumps(self._run(name, payload))
     reward = 0.0

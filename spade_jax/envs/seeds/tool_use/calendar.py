@@ -63,9 +63,10 @@ class CalendarAssistant:
             "<TITLE>": self.new_title, "<START>": self._hm(slot), "<END>": self._hm(slot + 60),
             "<COUNT>": str(sum(v["date"] == self.days[1] for v in self.events.values()))}
     obs = ("You are a calendar assistant with tools list_events, create_event and delete_event. "
-           'Call a tool by answering with JSON {"name": TOOL, "arguments": {...}}; answer the '
+           "Use the tools to do it; answer the "
            f"user in plain text.\nUser: {self.requests[0]}")
-    return obs, {"reference_calls": self._reference(fill)}
+    self.reference = self._reference(fill)
+    return obs, {}
 
   def _hm(self, minutes):
     return f"{minutes // 60:02d}:{minutes % 60:02d}"
@@ -79,20 +80,15 @@ class CalendarAssistant:
     return [{k: {a: fill.get(v, v) for a, v in c[k].items()} if k == "arguments"
              else fill.get(c[k], c[k]) for k in c} for c in self.reference_calls]
 
+  def oracle_actions(self):
+    """The reference calls and replies that complete this instance, from the hidden state."""
+    return [call["reply"] if "reply" in call else call for call in self.reference]
+
   def _parse(self, action):
-    """(tool, arguments) for a tool call, ("", {}) for a broken one, (None, text) for a reply."""
-    text = str(action)
-    wrapped = re.search(r"<tool_call>(.*?)(?:</tool_call>|$)", text, re.S)
-    body = wrapped.group(1) if wrapped else text
-    try:
-      call = json.JSONDecoder().raw_decode(body[body.index("{"):])[0]
-      args = call.get("arguments", {})
-      args = json.loads(args) if isinstance(args, str) else args
-      if isinstance(call["name"], str) and isinstance(args, dict):
-        return call["name"], args
-    except (ValueError, KeyError, AttributeError, TypeError):
-      pass
-    return ("", {}) if wrapped or text.lstrip().startswith("{") else (None, text)
+    """(tool, arguments) for a tool call (a dict), (None, text) for a plain reply."""
+    if isinstance(action, dict):
+      return action["name"], action["arguments"]
+    return None, str(action)
 
   def _run(self, name, args):
     if name == "list_events":
@@ -142,8 +138,7 @@ class CalendarAssistant:
     if name is None:
       obs = ""
     elif name not in tools:
-      obs = json.dumps({"error": "no such tool or unreadable call; use JSON {\"name\": TOOL, "
-                        f"\"arguments\": {{...}}}} with TOOL in {', '.join(tools)}"})
+      obs = json.dumps({"error": f"no tool named {name!r}; tools: {', '.join(tools)}"})
     else:
       obs = json.dumps(self._run(name, payload))
     reward = 0.0

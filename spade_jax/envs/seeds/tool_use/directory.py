@@ -1,7 +1,6 @@
 """Company directory: answer questions that need chained employee lookups."""
 import json
 import random
-import re
 
 
 class DirectoryLookup:
@@ -77,28 +76,24 @@ class DirectoryLookup:
             "<MANAGER_EMAIL>": self.answers[0], "<B>": self.people[b]["name"], "<B_ID>": b,
             "<B_PHONE>": self.answers[1], "<BOSS_ID>": boss, "<BOSS_NAME>": self.answers[2]}
     obs = ("You are an assistant with the company directory tools search_people and get_person. "
-           'Call a tool by answering with JSON {"name": TOOL, "arguments": {...}}; answer the '
+           "Use the tools to do it; answer the "
            f"user in plain text.\nUser: {self.requests[0]}")
-    return obs, {"reference_calls": self._reference(fill)}
+    self.reference = self._reference(fill)
+    return obs, {}
 
   def _reference(self, fill):
     return [{k: {a: fill.get(v, v) for a, v in c[k].items()} if k == "arguments"
              else fill.get(c[k], c[k]) for k in c} for c in self.reference_calls]
 
+  def oracle_actions(self):
+    """The reference calls and replies that complete this instance, from the hidden state."""
+    return [call["reply"] if "reply" in call else call for call in self.reference]
+
   def _parse(self, action):
-    """(tool, arguments) for a tool call, ("", {}) for a broken one, (None, text) for a reply."""
-    text = str(action)
-    wrapped = re.search(r"<tool_call>(.*?)(?:</tool_call>|$)", text, re.S)
-    body = wrapped.group(1) if wrapped else text
-    try:
-      call = json.JSONDecoder().raw_decode(body[body.index("{"):])[0]
-      args = call.get("arguments", {})
-      args = json.loads(args) if isinstance(args, str) else args
-      if isinstance(call["name"], str) and isinstance(args, dict):
-        return call["name"], args
-    except (ValueError, KeyError, AttributeError, TypeError):
-      pass
-    return ("", {}) if wrapped or text.lstrip().startswith("{") else (None, text)
+    """(tool, arguments) for a tool call (a dict), (None, text) for a plain reply."""
+    if isinstance(action, dict):
+      return action["name"], action["arguments"]
+    return None, str(action)
 
   def _run(self, name, args):
     if name == "search_people":
@@ -131,8 +126,7 @@ class DirectoryLookup:
     elif name is None:
       obs = f"User: That does not answer my question. {self.requests[self.stage]}"
     elif name not in ("search_people", "get_person"):
-      obs = json.dumps({"error": "no such tool or unreadable call; use JSON {\"name\": TOOL, "
-                        "\"arguments\": {...}} with TOOL in search_people, get_person"})
+      obs = json.dumps({"error": f"no tool named {name!r}; tools: search_people, get_person"})
     else:
       obs = json.dumps(self._run(name, payload))
     terminated = self.stage == len(self.requests)

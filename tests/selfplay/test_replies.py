@@ -1,0 +1,105 @@
+"""The reply parser on hand-written Qwen3-format replies (thinking, several calls, errors)."""
+
+import json
+
+import pytest
+
+from spade_jax.selfplay.replies import (
+  MISSING_ACTION,
+  extract_action,
+  parse_call,
+  parse_reply,
+  visible_text,
+)
+
+TOOLS = [{"type": "function", "function": {"name": n, "description": "d",
+                                           "parameters": {"type": "object", "properties": {}}}}
+         for n in ("list_accounts", "transfer")]
+
+TWO_CALLS = """<think>
+The user wants a transfer. I could call
+<tool_call>
+{"name": "transfer", "arguments": {"amount_cents": 1}}
+</tool_call>
+but first I need the ids.
+</think>
+
+I will look the accounts up first.
+<tool_call>
+{"name": "list_accounts", "arguments": {}}
+</tool_call>
+<tool_call>
+{"name": "transfer", "arguments": {"from_account_id": "A", "to_account_id": "B",
+ "amount_cents": 500}}
+</tool_call>"""
+
+
+def test_two_calls_in_one_reply_come_out_in_order_and_thinking_does_not_count():
+  parsed = parse_reply(TWO_CALLS, tools=TOOLS)
+  assert [p.kind for p in parsed.parts] == ["call", "call"]
+  assert parsed.calls == [
+      {"name": "list_accounts", "arguments": {}},
+      {"name": "transfer", "arguments": {"from_account_id": "A", "to_account_id": "B",
+                                         "amount_cents": 500}}]
+  assert "<think>" not in parsed.visible and "first I need" not in parsed.visible
+
+
+def test_a_call_written_only_inside_the_thinking_is_a_plain_reply():
+  text = ('<think>\nMaybe <tool_call>\n{"name": "list_accounts", "arguments": {}}\n'
+          "</tool_call>\n</think>\n\nYour balance is $12.00.")
+  parsed = parse_reply(text, tools=TOOLS)
+  assert [(p.kind, p.action) for p in parsed.parts] == [("text", "Your balance is $12.00.")]
+
+
+def test_malformed_json_and_unknown_tool_become_error_parts_naming_the_problem():
+  text = ('<tool_call>\n{"name": "list_accounts", "arguments": {}\n</tool_call>\n'
+          '<tool_call>\n{"name": "delete_everything", "arguments": {}}\n</tool_call>\n'
+          '<tool_call>\n{"name": "list_accounts", "arguments": {}}\n</tool_call>\n'
+          '<tool_call>\n{"name": "transfer", "arguments": ')
+  parsed = parse_reply(text, tools=TOOLS)
+  assert [p.kind for p in parsed.parts] == ["error", "error", "call", "error"]
+  first, second, fourth = parsed.errors
+  assert first.startswith("Tool call 1 was not run: its JSON is malformed")
+  assert "no tool named 'delete_everything'" in second and "list_accounts, transfer" in second
+  assert "Tool call 4" in fourth and "never closed" in fourth
+  assert all('"arguments": <args-json-object>' in e for e in parsed.errors)
+
+
+@pytest.mark.parametrize("body, problem", [
+    ('["list_accounts"]', 'not a JSON object with a "name"'),
+    ('{"arguments": {}}', 'not a JSON object with a "name"'),
+    ('{"name": "transfer", "arguments": [1, 2]}', '"arguments" must be a JSON object'),
+    ('{"name": "transfer", "arguments": "{oops"}', "string that is not JSON"),
+    ('{"name": "transfer", "arguments": {"x": "' + "y" * 9000 + '"}}', "longer than"),
+])
+def test_parse_call_names_each_problem(body, problem):
+  assert problem in parse_call(body, ["transfer"])
+
+
+def test_string_arguments_are_decoded_and_missing_arguments_mean_none():
+  assert parse_call('{"name": "t", "arguments": "{\\"a\\": 1}"}') == {"name": "t",
+                                                                      "arguments": {"a": 1}}
+  assert parse_call('{"name": "t"}') == {"name": "t", "arguments": {}}
+
+
+def test_a_reply_without_calls_is_the_plain_answer_and_is_json_serialisable():
+  parsed = parse_reply("<think>\nsum it\n</think>\n\nThe total is 42.", tools=TOOLS)
+  assert [(p.kind, p.action) for p in parsed.parts] == [("text", "The total is 42.")]
+  json.dumps([p.action for p in parse_reply(TWO_CALLS, tools=TOOLS).parts])
+
+
+def test_games_keep_their_action_format_and_ignore_drafts_in_the_thinking():
+  fmt = "<action>{}</action>"
+  text = "<think>\n<action>guess 1 1 1</action> is weak\n</think>\n\n<action>guess 1 2 3</action>"
+  assert [(p.kind, p.action) for p in parse_reply(text).parts] == [("text", "guess 1 2 3")]
+  (part,) = parse_reply("<think>\nonly <action>up</action> here\n</think>\n\nhmm").parts
+  assert part.kind == "error"
+  assert part.error == MISSING_ACTION.format(example="<action>YOUR ACTION</action>")
+  assert extract_action("a <action> up </action> b <action>down</action>", fmt) == "down"
+  assert extract_action("ANSWER: 42", "ANSWER: {}") == "42"
+
+
+def test_visible_text_handles_a_prompt_opened_think_and_an_unfinished_one():
+  assert visible_text("reasoning only\n</think>\n\nanswer") == "answer"  # <think> in the prompt
+  assert visible_text("<think>\nstill thinking when the reply was cut") == ""
+  assert visible_text("no reasoning at all") == "no reasoning at all"
