@@ -1,6 +1,8 @@
 """The designer role: prompts -> engine -> parsed (source, hint) -> sandbox validation.
 
-Parsing is strict and structured, so an invalid output is counted under a named rule:
+Parsing is strict and structured, so an invalid output is counted under a named rule.
+Reasoning never counts: a code block or <hint> drafted inside <think>...</think> is
+dropped first (`replies.visible_text`, the agent's rule too).
 
   truncated             the output hit max_new_tokens / the cache before it finished, or a
                         code fence or <hint> is left open
@@ -21,7 +23,7 @@ import re
 from collections.abc import Sequence
 
 from spade_jax.engine.api import Request, SamplingParams
-from spade_jax.selfplay import prompts
+from spade_jax.selfplay import prompts, replies
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.timing import Timings
 
@@ -55,6 +57,7 @@ def parse_designer_output(text: str, finish_reason: str = "stop") -> ParsedOutpu
   """Splits a designer reply into its one python block and its hint (rules above)."""
   if finish_reason != "stop":
     return _fail("truncated", f"generation ended with finish_reason={finish_reason!r}")
+  text = replies.visible_text(text)
   fences = list(_FENCE.finditer(text))
   if len(fences) % 2:
     line = text.count("\n", 0, fences[-1].start()) + 1

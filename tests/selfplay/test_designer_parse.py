@@ -15,6 +15,15 @@ def test_valid_output_gives_source_and_hint():
   assert parsed.hint == "probe first, then say win"
 
 
+def test_drafts_inside_the_thinking_do_not_count():
+  draft = (f"<think>\nA first try:\n```python\n{env_source('B')}```\n<hint>draft</hint>\n"
+           "</think>\n\n")
+  parsed = parse_designer_output(draft + GOOD)
+  assert parsed.ok and parsed.source == env_source("A")
+  assert parsed.hint == "probe first, then say win"
+  assert parse_designer_output(draft + "no final answer").error == "no_code_block"
+
+
 def test_hint_before_block_and_unterminated_last_line_are_fine():
   text = f"<hint> use the parity </hint>\n```py\n{env_source('A')}```"
   parsed = parse_designer_output(text)
