@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-from spade_jax.sandbox import contract
+from spade_jax.sandbox import contract, schema
 from spade_jax.sandbox.api import EnvStep
 
 _ENV_ERROR_KINDS = ("exception", "bad_output")
@@ -131,4 +131,8 @@ def tools(value: Any) -> list | None:
       raise BadOutput(f"tools[{i}].function.description must be a str")
     if not isinstance(params, dict) or params.get("type") != "object":
       raise BadOutput(f'tools[{i}].function.parameters must be a JSON schema with "type": "object"')
+    try:
+      schema.check_schema(params, f"tools[{i}].function.parameters")
+    except schema.BadSchema as exc:
+      raise BadOutput(str(exc)) from None
   return value

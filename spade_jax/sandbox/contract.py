@@ -36,7 +36,7 @@ VALIDATION_SEEDS = (0, 1, 2, 3, 4, 5)  # seeds the validator resets with
 VALIDATION_STEPS = 4  # random-action steps per validation episode
 MIN_DISTINCT_EPISODES = 2  # fewer distinct episodes over VALIDATION_SEEDS: flagged as constant
 VALIDATION_TIMEOUT_S = 5.0  # wall clock for a whole validation run
-DETERMINISM_STEPS = 3  # steps of the episode replayed on a fresh instance to check determinism
+PROBE_STEPS = 12  # steps of each degenerate-policy probe episode (fewer if max_turns is lower)
 PROBE_SEEDS = (101, 102, 103)  # fresh seeds for the oracle and the degenerate-policy probe
 ORACLE_MIN_RETURN = 0.99  # oracle_actions() must reach this return on every probe seed
 DEGENERATE_MAX_RETURN = 0.5  # a degenerate policy reaching this mean return: hackable
@@ -128,4 +128,7 @@ class GuessNumber:
       return "Correct!", 1.0, True, False, {}
     hint = "higher" if guess < self.target else "lower"
     return f"{guess} is wrong; go {hint}.", 0.0, False, False, {}
+
+  def oracle_actions(self):
+    return [str(self.target)]
 '''

@@ -36,11 +36,13 @@ class FakePool:
   def __init__(self, max_turns: int = contract.MAX_TURNS_CAP,
                reset_timeout_s: float = contract.DEFAULT_RESET_TIMEOUT_S,
                step_timeout_s: float = contract.DEFAULT_STEP_TIMEOUT_S,
-               check_constant: bool = True):
+               check_constant: bool = True, require_tools: bool = False,
+               require_oracle: bool = False):
     self.ledger = episodes.Ledger(max_turns)
     self.reset_timeout_s = reset_timeout_s
     self.step_timeout_s = step_timeout_s
-    self.check_constant = check_constant
+    self.rules = validate.Rules(reset_timeout_s, step_timeout_s, check_constant, require_tools,
+                                require_oracle)
     self._envs: dict[Hashable, runner.EnvInstance] = {}
 
   def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
@@ -52,9 +54,7 @@ class FakePool:
         continue
       trial = validate.plan()
       data = runner.validation_run(source, static.class_name, trial, VALIDATION_LIMITS)
-      results.append(validate.judge(_decode(data), static.class_name, trial,
-                                    self.reset_timeout_s, self.step_timeout_s,
-                                    self.check_constant))
+      results.append(validate.judge(_decode(data), static.class_name, trial, self.rules))
     return results
 
   def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:

@@ -51,7 +51,8 @@ class SandboxPool:
                reset_timeout_s: float = contract.DEFAULT_RESET_TIMEOUT_S,
                step_timeout_s: float = contract.DEFAULT_STEP_TIMEOUT_S,
                memory_mb: int = contract.DEFAULT_MEMORY_MB, isolation: str = "strict",
-               check_constant: bool = True,
+               check_constant: bool = True, require_tools: bool = False,
+               require_oracle: bool = False,
                validation_timeout_s: float = contract.VALIDATION_TIMEOUT_S,
                cpu_s: int = 60, fsize_mb: int = 1, nofile: int = 32,
                worker_memory_mb: int = 8192, worker_pids: int = 4096):
@@ -63,6 +64,7 @@ class SandboxPool:
       can only lower it). memory_mb, cpu_s, fsize_mb, nofile: rlimits of each episode
       process. worker_memory_mb, worker_pids: cgroup caps per worker where available.
     isolation: "strict" | "basic" | "none", the least the pool accepts (probe.py).
+    check_constant, require_tools, require_oracle: validation rules (validate.Rules).
     Raises probe.SandboxUnavailable when the host cannot provide it.
     """
     _raise_fd_limit()
@@ -73,7 +75,8 @@ class SandboxPool:
                    "worker_pids": worker_pids}
     self.reset_timeout_s, self.step_timeout_s = reset_timeout_s, step_timeout_s
     self.validation_timeout_s = validation_timeout_s
-    self.check_constant = check_constant
+    self.rules = validate.Rules(reset_timeout_s, step_timeout_s, check_constant, require_tools,
+                                require_oracle)
     self.ledger = episodes.Ledger(max_turns)
     cgroups.sweep(self.setup["cgroups"])
     self._live: dict[Hashable, _Proc] = {}
@@ -211,8 +214,7 @@ class SandboxPool:
         continue
       record = self._record(status, payload, proc, self.validation_timeout_s, lambda m: m)
       if isinstance(record, dict):
-        results[i] = validate.judge(record, name, trial, self.reset_timeout_s,
-                                    self.step_timeout_s, self.check_constant)
+        results[i] = validate.judge(record, name, trial, self.rules)
       else:
         kind = "infra" if record.infra_error else f"runs: {record.error_kind}"
         results[i] = ValidationResult(False, reason=f"{kind}: {record.error_detail}",

@@ -8,17 +8,20 @@ raw replies into a `ValidationResult`.
 
 Reasons read "<rule>: [line N: ]<detail>", the detail naming the seed, step and action
 where there are some. Rules: syntax, structure, allowed-imports, forbidden-names,
-contract, runs, types, obs-length, time, return, deterministic, varied; the pool adds
-"infra" for its own failures, which say nothing about the source.
+contract, runs, types, obs-length, time, return, deterministic (whole episodes replayed on
+a fresh instance), varied, and the guards of guards.py (tools, tool-calls, tools-ignored,
+oracle, hackable); the pool adds "infra" for its own failures, which say nothing about
+the source.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import random
 import re
 
-from spade_jax.sandbox import coerce, contract, episodes
+from spade_jax.sandbox import coerce, contract, episodes, guards
 from spade_jax.sandbox.api import ValidationResult
 
 FORBIDDEN_NAMES = frozenset({
@@ -93,82 +96,120 @@ def static_check(source: str) -> ValidationResult:
   return ValidationResult(True, class_name=cls.name)
 
 
+@dataclasses.dataclass(frozen=True)
+class Rules:
+  """What the judge requires beyond the contract's basics (the pool's configuration)."""
+
+  reset_timeout_s: float = contract.DEFAULT_RESET_TIMEOUT_S
+  step_timeout_s: float = contract.DEFAULT_STEP_TIMEOUT_S
+  check_constant: bool = True  # reject environments whose seeds all give the same episode
+  require_tools: bool = False  # the tool-use setting: `tools` must be declared
+  require_oracle: bool = False  # oracle_actions() must be defined (and it is always played)
+
+
 def plan(seed: int = 0) -> dict:
-  """The trial: every validation seed is played through the same few action sequences."""
+  """The trial: action sets on every validation seed, then the guards' episodes (runner.py)."""
   rng = random.Random(seed)
   return {"seeds": list(contract.VALIDATION_SEEDS),
           "action_sets": [[rng.choice(pool) for _ in range(contract.VALIDATION_STEPS)]
-                          for pool in ACTION_POOLS]}
+                          for pool in ACTION_POOLS],
+          "probe_seeds": list(contract.PROBE_SEEDS), "probes": list(guards.PROBES),
+          "probe_steps": contract.PROBE_STEPS, "plain_reply": guards.PLAIN_REPLY}
 
 
-def judge(msg: dict, class_name: str, trial: dict, reset_timeout_s: float,
-          step_timeout_s: float, check_constant: bool = True) -> ValidationResult:
+def judge(msg: dict, class_name: str, trial: dict, rules: Rules) -> ValidationResult:
   """Judges the decoded reply of `runner.validation_run` for `trial`."""
   if "err" in msg:
     record = coerce.env_error(msg)
     return _fail(f"runs: loading or creating {class_name} failed: {record.error_detail}",
                  class_name=class_name)
   try:
-    return _judge(msg["ok"], class_name, trial, reset_timeout_s, step_timeout_s, check_constant)
+    problem, env_max = _judge(msg["ok"], trial, rules)
   except coerce.BadOutput as exc:
-    return _fail(f"types: {exc}", class_name=class_name)
+    problem, env_max = f"types: {exc}", None
   except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-    return _fail("types: the trial reply is malformed", class_name=class_name)
-
-
-def _judge(result: dict, class_name: str, trial: dict, reset_timeout_s: float,
-           step_timeout_s: float, check_constant: bool) -> ValidationResult:
-  env_max = coerce.max_turns(result["attrs"].get("max_turns"))
-  coerce.tools(result["attrs"].get("tools"))
-  runs = result["runs"]
-  seeds, action_sets = trial["seeds"], trial["action_sets"]
-  if len(runs) != len(seeds) * len(action_sets) + 1:
-    problem = _judge_run(runs[-1], [], env_max, reset_timeout_s, step_timeout_s)[0]
-    return _fail(problem or "runs: the trial ended early", class_name=class_name)
-  seen = []
-  for index, run in enumerate(runs):
-    actions = action_sets[index // len(seeds)] if index < len(runs) - 1 else []
-    problem, fingerprint = _judge_run(run, actions, env_max, reset_timeout_s, step_timeout_s)
-    if problem:
-      return _fail(problem, class_name=class_name)
-    seen.append(fingerprint)
-  if seen[-1][0] != seen[0][0]:
-    return _fail(f"deterministic: reset(seed={seeds[0]}) gave two different first "
-                 "observations", class_name=class_name)
-  varied = any(len(set(seen[k * len(seeds):(k + 1) * len(seeds)])) >= contract.MIN_DISTINCT_EPISODES
-               for k in range(len(action_sets)))
-  if check_constant and not varied:
-    return _fail(f"varied: seeds {seeds} all gave the same episode for the same actions "
-                 "(a constant environment can be memorised)", class_name=class_name)
+    problem, env_max = "types: the trial reply is malformed", None
+  if problem:
+    return _fail(problem, class_name=class_name)
   return ValidationResult(True, class_name=class_name, max_turns=env_max)
 
 
-def _judge_run(run: dict, actions: list, env_max: int | None, reset_timeout_s: float,
-               step_timeout_s: float) -> tuple[str | None, tuple]:
-  """(problem or None, fingerprint of the episode) for one seed's calls."""
-  seed = run["seed"]
+def _judge(result: dict, trial: dict, rules: Rules) -> tuple[str | None, int | None]:
+  """(the first broken rule's reason or None, the environment's max_turns)."""
+  attrs = result["attrs"]
+  env_max = coerce.max_turns(attrs.get("max_turns"))
+  problem = guards.tools_problem(attrs.get("tools"), rules.require_tools)
+  if problem:
+    return problem, env_max
+  runs = [guards.Run.of(raw) for raw in result["runs"]]
+  for run in runs:
+    run.problem, run.fingerprint, run.total = _judge_run(run, env_max, rules)
+    if run.problem:
+      return run.problem, env_max
+  expected = len(trial["seeds"]) * len(trial["action_sets"])
+  trials = [r for r in runs if r.kind == "trial"]
+  if len(trials) != expected:
+    return "runs: the trial ended early", env_max
+  problem = (_determinism_problem(trials, [r for r in runs if r.kind == "replay"])
+             or _variety_problem(trials, trial, rules.check_constant)
+             or guards.tool_calls_problem(runs, attrs.get("tools"))
+             or guards.probe_problem(runs)
+             or guards.oracle_problem(runs, bool(result.get("has_oracle")),
+                                      rules.require_oracle))
+  return problem, env_max
+
+
+def _determinism_problem(trials: list, replays: list) -> str | None:
+  for replay in replays:
+    first = next(r for r in trials if r.set == replay.set and r.seed == replay.seed)
+    for i, (a, b) in enumerate(zip(first.fingerprint, replay.fingerprint, strict=False)):
+      if a != b:
+        what = "first observation" if i == 0 else f"step {i} (observation or reward)"
+        return (f"deterministic: seed {replay.seed} replayed with the actions "
+                f"{replay.actions[:i]!r} on a fresh instance gave a different {what}")[:400]
+    if len(first.fingerprint) != len(replay.fingerprint):
+      return (f"deterministic: seed {replay.seed} replayed on a fresh instance ended after "
+              f"{len(replay.fingerprint) - 1} steps, not {len(first.fingerprint) - 1}")
+  return None
+
+
+def _variety_problem(trials: list, trial: dict, check_constant: bool) -> str | None:
+  n = len(trial["seeds"])
+  varied = any(len({r.fingerprint for r in trials[k * n:(k + 1) * n]})
+               >= contract.MIN_DISTINCT_EPISODES for k in range(len(trial["action_sets"])))
+  if check_constant and not varied:
+    return (f"varied: seeds {trial['seeds']} all gave the same episode for the same actions "
+            "(a constant environment can be memorised)")
+  return None
+
+
+def _judge_run(run: guards.Run, env_max: int | None, rules: Rules
+               ) -> tuple[str | None, tuple, float]:
+  """(problem or None, fingerprint of the episode, its return) for one run's calls."""
   fingerprint = []
   total = 0.0
-  for i, (msg, seconds) in enumerate(run["calls"]):
-    where = (f"reset(seed={seed})" if i == 0
-             else f"step {i} (seed {seed}, action {actions[i - 1]!r})")
-    limit = reset_timeout_s if i == 0 else step_timeout_s
+  for i, (msg, seconds) in enumerate(run.calls):
+    where = run.where(i)
+    limit = rules.reset_timeout_s if i == 0 else rules.step_timeout_s
     if not isinstance(msg, dict) or ("ok" in msg) == ("err" in msg):
-      return f"types: {where} gave a malformed reply", ()
+      return f"types: {where} gave a malformed reply", (), total
     if "err" in msg:
-      return f"runs: {where} failed: {coerce.env_error(msg).error_detail}", ()
+      rule = "tool-calls" if run.kind == "tool" and i > 0 else "runs"
+      return f"{rule}: {where} failed: {coerce.env_error(msg).error_detail}", (), total
     try:
       record = (coerce.reset_result if i == 0 else coerce.step_result)(msg["ok"])
     except coerce.BadOutput as exc:
-      return f"types: {where}: {exc}", ()
+      return f"types: {where}: {exc}", (), total
     if record.observation.endswith(coerce.CUT_MARK):
-      return f"obs-length: {where} gave an observation over {contract.MAX_OBS_CHARS} chars", ()
+      return (f"obs-length: {where} gave an observation over {contract.MAX_OBS_CHARS} chars",
+              (), total)
     if not isinstance(seconds, (int, float)) or seconds > limit:
-      return f"time: {where} took {seconds:.3g} s > {limit:g} s", ()
+      return f"time: {where} took {seconds:.3g} s > {limit:g} s", (), total
     total += record.reward
     fingerprint.append((record.observation, record.reward, record.terminated, record.truncated))
     if i > 0 and (record.done or (env_max is not None and i >= env_max)):
       if not -contract.RETURN_TOLERANCE <= total <= 1 + contract.RETURN_TOLERANCE:
-        return f"return: episode return {total:g} for seed {seed} is outside [0, 1]", ()
+        return (f"return: episode return {total:g} for seed {run.seed} is outside [0, 1]", (),
+                total)
       break
-  return None, tuple(fingerprint)
+  return None, tuple(fingerprint), total

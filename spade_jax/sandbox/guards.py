@@ -1,0 +1,133 @@
+"""Validator guards against broken and hackable environments, judged on the trial's runs.
+
+Each guard is a named rule (the reason reads "<rule>: <detail>"):
+  tools          tool specs are OpenAI function specs whose parameters are schemas of the
+                 subset in schema.py; in the tool-use setting `tools` must be declared.
+  tool-calls     every declared tool, called with arguments that match its schema (made up
+                 by runner.sample_value), gets a result without crashing.
+  tools-ignored  a tool call must not be answered exactly like a plain text reply.
+  oracle         oracle_actions(), when defined (or required), returns a list of actions
+                 (strs or tool-call dicts) that reaches ORACLE_MIN_RETURN on every probe seed.
+  hackable       no degenerate policy (PROBES) earns a mean return of DEGENERATE_MAX_RETURN.
+`validate.judge` runs them after the basic rules; the runner plays the episodes they read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+
+from spade_jax.sandbox import coerce, contract, schema
+
+PROBES = ("empty", "example", "stuffed")  # runner.probe_action plays each
+PLAIN_REPLY = "Hello! Could you tell me what you need?"
+_PROBE_NAMES = {"empty": "empty-replies", "example": "example-action",
+                "stuffed": "stuffed-reply"}
+
+
+@dataclasses.dataclass
+class Run:
+  """One episode of the trial as the runner recorded it, plus what the judge found."""
+
+  kind: str  # trial | replay | tool | plain | oracle | probe (see runner.validation_run)
+  seed: int
+  set: int | None
+  policy: str | None
+  actions: list
+  calls: list  # [[raw reply, seconds], ...]: reset, then one per step
+  oracle: dict | None = None  # the oracle_actions() outcome: {"type": ...} or an error
+  problem: str | None = None
+  fingerprint: tuple = ()
+  total: float = 0.0
+
+  @classmethod
+  def of(cls, raw: dict) -> Run:
+    return cls(raw["kind"], raw["seed"], raw["set"], raw["policy"], list(raw["actions"]),
+               list(raw["calls"]), raw.get("oracle"))
+
+  def where(self, i: int) -> str:
+    """Names call i of the run for a reason: the seed, the step and its action."""
+    label = {"trial": "", "replay": " replayed", "tool": " tool-call trial",
+             "plain": " plain-reply trial", "oracle": " oracle_actions()",
+             "probe": f" {_PROBE_NAMES.get(self.policy, self.policy)} probe"}[self.kind]
+    if i == 0:
+      return f"reset(seed={self.seed})" + (f" of the{label} run" if label else "")
+    action = json.dumps(self.actions[i - 1]) if i - 1 < len(self.actions) else "?"
+    action = action if len(action) <= 80 else action[:77] + "..."
+    run = f" of the{label} run" if label else ""
+    return f"step {i}{run} (seed {self.seed}, action {action})"
+
+
+def tools_problem(tools, required: bool) -> str | None:
+  if tools is None:
+    return ("tools: a tool-use environment must declare `tools` (OpenAI function specs)"
+            if required else None)
+  try:
+    coerce.tools(tools)
+  except coerce.BadOutput as exc:
+    return f"tools: {exc}"
+  return None
+
+
+def tool_calls_problem(runs: list[Run], tools) -> str | None:
+  if not tools:
+    return None
+  params = {spec["function"]["name"]: spec["function"].get("parameters", {"type": "object"})
+            for spec in tools}
+  tool_runs = [r for r in runs if r.kind == "tool" and r.actions]
+  missing = sorted(set(params) - {r.actions[0]["name"] for r in tool_runs})
+  if missing:
+    return f"tool-calls: the trial could not call {missing}"
+  for run in tool_runs:
+    call = run.actions[0]
+    problem = schema.validate(call["arguments"], params[call["name"]])
+    if problem:  # the trial's own arguments must match, or the check proves nothing
+      return f"tool-calls: the trial's call {json.dumps(call)[:120]} breaks its schema: {problem}"
+  plain = {r.seed: r.fingerprint[1][:2] for r in runs
+           if r.kind == "plain" and len(r.fingerprint) > 1}
+  for name in params:
+    answers = [r for r in tool_runs if r.actions[0]["name"] == name]
+    if answers and all(len(r.fingerprint) > 1 and r.fingerprint[1][:2] == plain.get(r.seed)
+                       for r in answers):
+      return (f"tools-ignored: a schema-valid call of {name!r} got the same observation and "
+              f"reward as the plain reply {PLAIN_REPLY!r}; answer tool calls with tool results")
+  return None
+
+
+def _is_call(action) -> bool:
+  return (isinstance(action, dict) and set(action) == {"name", "arguments"}
+          and isinstance(action["name"], str) and isinstance(action["arguments"], dict))
+
+
+def oracle_problem(runs: list[Run], has_oracle: bool, required: bool) -> str | None:
+  if not has_oracle:
+    return ("oracle: this run requires oracle_actions(), the actions that solve the current "
+            "instance" if required else None)
+  for run in (r for r in runs if r.kind == "oracle"):
+    outcome = run.oracle or {}
+    if "err" in outcome:
+      return (f"oracle: oracle_actions() after reset(seed={run.seed}) failed: "
+              f"{coerce.env_error(outcome).error_detail}")
+    if outcome.get("type") not in ("list", "tuple"):
+      return f"oracle: oracle_actions() must return a list, got {outcome.get('type')}"
+    bad = [a for a in run.actions if not isinstance(a, str) and not _is_call(a)]
+    if bad:
+      return (f"oracle: {json.dumps(bad[0])[:80]} is neither a str action nor a tool call "
+              '{"name": str, "arguments": dict}')
+    if run.total < contract.ORACLE_MIN_RETURN:
+      return (f"oracle: oracle_actions() reached a return of {run.total:.3g} < "
+              f"{contract.ORACLE_MIN_RETURN:g} on seed {run.seed}")
+  return None
+
+
+def probe_problem(runs: list[Run]) -> str | None:
+  for policy in PROBES:
+    played = [r for r in runs if r.kind == "probe" and r.policy == policy]
+    mean = statistics.fmean([r.total for r in played]) if played else 0.0
+    if mean >= contract.DEGENERATE_MAX_RETURN:
+      action = json.dumps(played[0].actions[0])[:60] if played[0].actions else ""
+      return (f"hackable: the {_PROBE_NAMES[policy]} probe (action {action}) earned a mean "
+              f"return of {mean:.3g} >= {contract.DEGENERATE_MAX_RETURN:g} over seeds "
+              f"{[r.seed for r in played]}")
+  return None

@@ -1,0 +1,151 @@
+"""Validator guards: broken and hackable environments are rejected under their named rule."""
+
+import pytest
+
+from spade_jax.sandbox import contract, schema
+from spade_jax.sandbox.fake import FakePool
+from spade_jax.sandbox.runner import example_action, sample_value, stuffed_reply
+
+# A sound tool environment: look the price up, then answer it; oracle included.
+SHOP = '''\
+import json
+import random
+
+
+class Shop:
+  max_turns = 6
+  tools = [{"type": "function", "function": {
+      "name": "get_price", "description": "Price of an item in cents.",
+      "parameters": {"type": "object", "properties": {
+          "item": {"type": "string"}, "unit": {"type": "string", "enum": ["cent", "euro"]},
+          "tags": {"type": "array", "items": {"type": "integer"}}}, "required": ["item"]}}}]
+
+  def reset(self, seed=None):
+    rng = random.Random(seed)
+    self.item = rng.choice(["apple", "pear", "plum", "fig"])
+    self.price = rng.randint(10, 999)
+    return f"How much is one {self.item}? Answer with the number of cents.", {}
+
+  def step(self, action):
+    if isinstance(action, dict):
+      if action["name"] != "get_price":
+        return json.dumps({"error": "unknown tool"}), 0.0, False, False, {}
+      found = action["arguments"]["item"] == self.item
+      return json.dumps({"price": self.price if found else None}), 0.0, False, False, {}
+    done = action.strip() == str(self.price)
+    return ("Right." if done else "No."), float(done), done, False, {}
+
+  def oracle_actions(self):
+    return [{"name": "get_price", "arguments": {"item": self.item}}, str(self.price)]
+'''
+
+
+def reason(source, **rules):
+  (result,) = FakePool(**rules).validate([source])
+  return result.reason
+
+
+def test_a_sound_tool_environment_passes_every_guard():
+  assert reason(SHOP, require_tools=True, require_oracle=True) is None
+
+
+def test_tool_use_requires_tools_with_valid_schemas():
+  no_tools = SHOP.replace("  tools = [", "  _tools = [")
+  assert reason(no_tools) is None  # the games setting does not ask for tools
+  assert reason(no_tools, require_tools=True).startswith("tools: a tool-use environment")
+  bad = SHOP.replace('"items": {"type": "integer"}', '"items": {"type": "int"}')
+  assert reason(bad).startswith("tools: tools[0].function.parameters.properties.tags.items")
+  ref = SHOP.replace('"unit": {"type"', '"unit": {"$ref": "#/x", "type"')
+  assert "'$ref' is not supported" in reason(ref)
+
+
+def test_an_environment_that_ignores_its_tools_is_rejected():
+  ignores = SHOP.replace("    if isinstance(action, dict):",
+                         "    action = str(action)\n    if isinstance(action, dict):")
+  assert reason(ignores).startswith("tools-ignored: a schema-valid call of 'get_price'")
+
+
+def test_an_environment_that_crashes_on_a_schema_valid_call_is_rejected():
+  crashes = SHOP.replace('found = action["arguments"]["item"] == self.item',
+                         'found = action["arguments"]["unit"] == "kg"\n      1 / 0')
+  why = reason(crashes)
+  assert why.startswith("tool-calls: step 1 of the tool-call trial run (seed 0, action {")
+  assert "ZeroDivisionError" in why
+
+
+def test_a_degenerate_policy_that_wins_marks_the_environment_hackable():
+  stuffed = SHOP.replace('done = action.strip() == str(self.price)',
+                         'done = str(self.price) in action.split()')
+  stuffed = stuffed.replace("self.price = rng.randint(10, 999)", "self.price = rng.randint(10, 99)")
+  assert reason(stuffed).startswith("hackable: the stuffed-reply probe")
+  empty = SHOP.replace('done = action.strip() == str(self.price)', 'done = not action.strip()')
+  assert reason(empty).startswith("hackable: the empty-replies probe")
+  example = SHOP.replace('Answer with the number of cents.",',
+                         'Answer with the number of cents, for example 250.",')
+  example = example.replace('done = action.strip() == str(self.price)',
+                            'done = action.strip() in (str(self.price), "250")')
+  assert reason(example).startswith('hackable: the example-action probe (action "250")')
+
+
+def test_nondeterminism_after_the_first_step_is_caught_on_whole_episodes():
+  later = SHOP.replace('return ("Right." if done else "No."),',
+                       'return ("Right." if done else f"No ({random.random()})."),')
+  assert reason(later).startswith("deterministic: seed 0 replayed with the actions")
+  assert "step" in reason(later)
+
+
+def test_the_oracle_must_solve_fresh_seeds_and_can_be_required():
+  wrong = SHOP.replace("str(self.price)]", "str(self.price + 1)]")
+  assert reason(wrong).startswith("oracle: oracle_actions() reached a return of 0 < 0.99 on seed")
+  oracle_line = ('    return [{"name": "get_price", "arguments": {"item": self.item}}, '
+                 'str(self.price)]')
+  raises = SHOP.replace(oracle_line, "    1 / 0\n" + oracle_line)
+  assert reason(raises).startswith("oracle: oracle_actions() after reset(seed=101) failed: "
+                                   "ZeroDivisionError")
+  string = SHOP.replace(oracle_line, "    return str(self.price)")
+  assert reason(string) == "oracle: oracle_actions() must return a list, got str"
+  missing = SHOP.replace("def oracle_actions", "def _oracle_actions")
+  assert reason(missing) is None
+  assert reason(missing, require_oracle=True).startswith("oracle: this run requires")
+  assert reason(contract.EXAMPLE_ENV, require_oracle=True) is None
+
+
+def test_real_pool_judges_as_the_fake_pool(pool):
+  sources = [SHOP, SHOP.replace("    if isinstance(action, dict):",
+                                "    action = str(action)\n    if isinstance(action, dict):")]
+  assert pool.validate(sources) == FakePool(max_turns=8).validate(sources)
+
+
+@pytest.mark.parametrize("spec", [
+    {"type": "object", "properties": {"a": {"type": "string"}, "n": {"type": "integer"},
+                                      "x": {"type": ["number", "null"]},
+                                      "e": {"enum": ["p", "q"]},
+                                      "l": {"type": "array", "items": {"type": "boolean"}},
+                                      "o": {"type": "object", "properties": {
+                                          "k": {"type": "string"}}, "required": ["k"]}},
+     "required": ["a", "n"]},
+    {"type": "object", "properties": {}},
+])
+def test_sampled_arguments_match_their_schema(spec):
+  schema.check_schema(spec)
+  assert schema.validate(sample_value(spec), spec) is None
+
+
+def test_schema_validate_names_the_broken_part():
+  spec = {"type": "object", "properties": {"n": {"type": "integer"},
+                                           "l": {"type": "array", "items": {"enum": [1, 2]}}},
+          "required": ["n"]}
+  assert schema.validate({}, spec) == "arguments lacks the required 'n'"
+  assert schema.validate({"n": True}, spec) == "arguments.n must be integer, got bool"
+  assert schema.validate({"n": 2, "l": [1, 3]}, spec) == "arguments.l[1] must be one of [1, 2]"
+  assert schema.validate({"n": 2.0}, spec) is None
+  with pytest.raises(schema.BadSchema, match="required names"):
+    schema.check_schema({"type": "object", "properties": {}, "required": ["q"]})
+
+
+def test_probe_actions():
+  assert example_action('Move with "go north" or "go south".') == "go north"
+  assert example_action("Answer with one integer, for example 7.") == "7"
+  assert example_action("No example here.") is None
+  stuffed = stuffed_reply("Pick a door: red, blue.")
+  assert stuffed.startswith("0 1 2 3") and " red " in stuffed and len(stuffed) <= 8000
