@@ -84,18 +84,21 @@ def test_manifest_errors_name_the_entry(tmp_path, monkeypatch):
     library.read_manifest()
 
 
-def test_every_seed_passes_the_sandbox_validator():
+def test_every_seed_passes_the_sandbox_validator_with_every_guard():
   seeds = [seeds_by_name()[n] for n in NAMES]
   for seed in seeds:
     assert validate.static_check(seed.source).valid, seed.name
-  results = FakePool().validate([s.source for s in seeds])
-  bad = {s.name: r.reason for s, r in zip(seeds, results, strict=True) if not r.valid}
-  assert not bad
+  for kind in library.KINDS:
+    pool = FakePool(require_tools=kind == "tool_use", require_oracle=True)
+    of_kind = [s for s in seeds if s.kind == kind]
+    results = pool.validate([s.source for s in of_kind])
+    bad = {s.name: r.reason for s, r in zip(of_kind, results, strict=True) if not r.valid}
+    assert not bad
 
 
 def test_every_seed_validates_and_plays_in_the_real_sandbox():
   seeds = [seeds_by_name()[n] for n in NAMES]
-  with SandboxPool(num_workers=1) as pool:
+  with SandboxPool(num_workers=1, require_oracle=True) as pool:
     results = pool.validate([s.source for s in seeds])
     bad = {s.name: r.reason for s, r in zip(seeds, results, strict=True) if not r.valid}
     assert not bad

@@ -16,6 +16,7 @@ class CountdownNumbers:
       c, d = rng.randint(2, 25), rng.randint(2, 25)
       self.target = a * b + c - d
       self.numbers = [a, b, c, d]
+      self.recipe = (a, b, c, d)
       if self.target > 30 and len(set(self.numbers)) == 4 and not self._trivial():
         break
     rng.shuffle(self.numbers)
@@ -70,3 +71,8 @@ class CountdownNumbers:
     reward = 0.5 if gap <= 2 else 0.25 if gap <= 10 else 0.0
     return self._finish(f"{left} {op} {right} = {value}; {gap} away from {self.target}.",
                         reward, True)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    a, b, c, d = self.recipe
+    return [f"combine {a} * {b}", f"combine {a * b} + {c}", f"combine {a * b + c} - {d}"]

@@ -47,3 +47,7 @@ class RemainderOracle:
       return self._finish(f"Correct, N = {value} ({queries} queries).", reward, True)
     close = abs(value - self.secret) <= 2
     return self._finish(f"Wrong, N was {self.secret}.", 0.1 if close else 0.0, True)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"answer {self.secret}"]

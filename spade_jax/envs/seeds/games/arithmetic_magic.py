@@ -66,3 +66,8 @@ class MagicSquare:
     self.grid[r][k] = v
     solved = all(all(row) for row in self.grid)
     return self._finish(("Solved!\n" if solved else "Correct.\n") + self._show(), 1 / 6, solved)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"set {r + 1} {k + 1} {self.solution[r][k]}" for r in range(3) for k in range(3)
+            if not self.grid[r][k]]

@@ -73,3 +73,7 @@ class ClueMystery:
       if matching:
         return self._finish(f"{player} shows you: {self.rng.choice(matching)}.", 0.0, False)
     return self._finish("Nobody can refute your suggestion.", 0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return ["accuse " + " ".join(self.answer[cat] for cat in self.cards)]

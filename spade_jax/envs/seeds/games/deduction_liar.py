@@ -78,3 +78,7 @@ class LyingThief:
     if self.accusations >= len(self.ACCUSE_REWARDS):
       return self._finish(f"Wrong again: the thief was {self.thief}.", 0.0, True)
     return self._finish(f"{name} is innocent. You may accuse again.", 0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"accuse {self.thief}"]

@@ -53,3 +53,7 @@ class Mastermind:
     reward = 0.1 * max(0, exact - self.best)
     self.best = max(self.best, exact)
     return self._finish(f"Guess {shown}: exact {exact}, misplaced {misplaced}.", reward, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return ["guess " + " ".join(map(str, self.code))]

@@ -78,3 +78,8 @@ class MiniSudoku:
     solved = all(all(row) for row in self.grid)
     note = "Solved!" if solved else "Correct."
     return self._finish(f"{note}\n{self._show()}", 1.0 / self.BLANKS, solved)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"set {r + 1} {c + 1} {self.solution[r][c]}" for r in range(4) for c in range(4)
+            if not self.grid[r][c]]

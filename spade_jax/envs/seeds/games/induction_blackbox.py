@@ -53,3 +53,7 @@ class BlackBoxPolynomial:
       return self._finish(f"{right} of 3 correct ({truth}).", right / 3, True)
     return self._finish(f"Could not parse {text[:40]!r}. Use: query X or answer V1 V2 V3.",
                         0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return ["answer " + " ".join(str(self._f(x)) for x in self.points)]

@@ -57,3 +57,7 @@ class CipherOracle:
     done = all(self.solved)
     return self._finish(f"Word {index + 1} is {word}. " + ("Message decoded!" if done else ""),
                         1 / 3, done)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"answer {i + 1} {word}" for i, word in enumerate(self.words)]

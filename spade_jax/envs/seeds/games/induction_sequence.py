@@ -52,3 +52,7 @@ class NextTerm:
     tail = "Done." if over else "Predict the next term."
     return self._finish(f"{verdict}. Sequence so far: {self._show()}. {tail}",
                         1 / self.ROUNDS if right else 0.0, over)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"predict {term}" for term in self.terms[self.shown:]]

@@ -67,3 +67,7 @@ class SecretRule:
     if self.guesses == len(self.GUESS_REWARDS):
       return self._finish(f"Wrong. The rule was '{self.secret}'.", 0.0, True)
     return self._finish("Wrong rule. Keep testing or guess again.", 0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"rule {self.menu.index(self.secret) + 1}"]

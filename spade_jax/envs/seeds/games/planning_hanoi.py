@@ -87,3 +87,7 @@ class ScrambledHanoi:
       return self._finish(f"All disks on {self.target} in {self.moves} moves. Solved!", 1.0, True)
     return self._finish(f"All disks on {self.target}, but in {self.moves} moves.",
                         0.7 - self.total, True)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"move {src} {dst}" for src, dst in self._plan(dict(self.pos))]

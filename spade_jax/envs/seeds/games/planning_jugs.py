@@ -14,7 +14,8 @@ class WaterJugs:
     while True:
       self.cap = {"A": rng.randint(3, 9), "B": rng.randint(4, 13)}
       self.target = rng.randint(1, max(self.cap.values()) - 1)
-      self.optimal = self._shortest()
+      plan = self._plan()
+      self.optimal = None if plan is None else len(plan)
       if self.cap["A"] != self.cap["B"] and self.optimal is not None and 3 <= self.optimal <= 6:
         break
     self.water = {"A": 0, "B": 0}
@@ -31,16 +32,22 @@ class WaterJugs:
     ab, ba = min(a, cb - b), min(b, ca - a)
     return [(ca, b), (a, cb), (0, b), (a, 0), (a - ab, b + ab), (a + ba, b - ba)]
 
-  def _shortest(self):
-    dist = {(0, 0): 0}
+  def _plan(self):
+    """The shortest action list that measures the target (breadth-first), None if none."""
+    names = ["fill A", "fill B", "empty A", "empty B", "pour A B", "pour B A"]  # as _moves
+    parent = {(0, 0): None}
     queue = collections.deque([(0, 0)])
     while queue:
       state = queue.popleft()
       if self.target in state:
-        return dist[state]
-      for nxt in self._moves(state):
-        if nxt not in dist:
-          dist[nxt] = dist[state] + 1
+        plan = []
+        while parent[state] is not None:
+          state, name = parent[state]
+          plan.append(name)
+        return plan[::-1]
+      for name, nxt in zip(names, self._moves(state), strict=True):
+        if nxt not in parent:
+          parent[nxt] = (state, name)
           queue.append(nxt)
     return None
 
@@ -77,3 +84,7 @@ class WaterJugs:
     reward = 1.0 if extra <= 1 else 0.7 if extra <= 3 else 0.4
     return self._finish(f"{state} You measured {self.target} litres in {self.moves} moves.",
                         reward, True)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return self._plan()

@@ -13,7 +13,7 @@ class PancakeFlip:
     rng = random.Random(seed)
     while True:
       self.stack = rng.sample(range(1, self.SIZE + 1), self.SIZE)
-      if self._plan_length() >= 4:
+      if len(self.oracle_actions()) >= 4:
         break
     self.best = self._settled()
     self.turn, self.total, self.done = 0, 0.0, False
@@ -30,19 +30,6 @@ class PancakeFlip:
         break
       count += 1
     return count
-
-  def _plan_length(self):
-    stack, flips = list(self.stack), 0
-    for size in range(self.SIZE, 1, -1):
-      where = stack.index(size)
-      if where == size - 1:
-        continue
-      if where > 0:
-        stack[:where + 1] = stack[:where + 1][::-1]
-        flips += 1
-      stack[:size] = stack[:size][::-1]
-      flips += 1
-    return flips
 
   def _show(self):
     return "Stack (top to bottom): " + " ".join(map(str, self.stack)) + "."
@@ -71,3 +58,17 @@ class PancakeFlip:
     reward = 0.1 * max(0, settled - self.best)
     self.best = max(self.best, settled)
     return self._finish(self._show(), reward, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    stack, flips = list(self.stack), []
+    for size in range(self.SIZE, 1, -1):
+      where = stack.index(size)
+      if where == size - 1:
+        continue
+      if where > 0:
+        stack[:where + 1] = stack[:where + 1][::-1]
+        flips.append(f"flip {where + 1}")
+      stack[:size] = stack[:size][::-1]
+      flips.append(f"flip {size}")
+    return flips

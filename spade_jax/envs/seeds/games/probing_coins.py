@@ -60,3 +60,7 @@ class CounterfeitCoin:
     diff = self._weight(left) - self._weight(right)
     verdict = "balance" if diff == 0 else "left side heavier" if diff > 0 else "right side heavier"
     return self._finish(f"Weighing {self.weighings}: {verdict}.", 0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"answer {self.fake}"]

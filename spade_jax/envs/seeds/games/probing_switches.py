@@ -52,3 +52,7 @@ class SwitchBoard:
       return self._finish(f"{right} of {self.n} switches right.", 0.3 * right / self.n, True)
     reward = 1.0 if self.tests <= self.budget else 0.6
     return self._finish(f"All correct after {self.tests} experiments.", reward, True)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return ["answer " + " ".join(map(str, self.wiring))]

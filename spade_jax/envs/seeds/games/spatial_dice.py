@@ -15,7 +15,8 @@ class RollingDie:
     while True:
       self.goal = (rng.randint(-2, 2), rng.randint(-2, 2))
       self.goal_top = rng.randint(1, 6)
-      self.optimal = self._shortest()
+      plan = self._plan()
+      self.optimal = None if plan is None else len(plan)
       if self.optimal is not None and 3 <= self.optimal <= 5:
         break
     self.die, self.pos = (1, 2, 3), (0, 0)
@@ -37,17 +38,23 @@ class RollingDie:
       return 7 - east, north, top
     return east, north, 7 - top
 
-  def _shortest(self):
+  def _plan(self):
+    """The shortest list of roll directions to the goal (breadth-first, depth <= 8), or None."""
     start = ((0, 0), (1, 2, 3))
-    dist, queue = {start: 0}, collections.deque([start])
+    parent, depth, queue = {start: None}, {start: 0}, collections.deque([start])
     while queue:
-      pos, die = queue.popleft()
+      state = queue.popleft()
+      pos, die = state
       if pos == self.goal and die[0] == self.goal_top:
-        return dist[(pos, die)]
+        plan = []
+        while parent[state] is not None:
+          state, name = parent[state]
+          plan.append(name)
+        return plan[::-1]
       for name, (dx, dy) in self.ROLLS.items():
         nxt = ((pos[0] + dx, pos[1] + dy), self._roll(die, name))
-        if nxt not in dist and dist[(pos, die)] < 8:
-          dist[nxt] = dist[(pos, die)] + 1
+        if nxt not in parent and depth[state] < 8:
+          parent[nxt], depth[nxt] = (state, name), depth[state] + 1
           queue.append(nxt)
     return None
 
@@ -79,3 +86,7 @@ class RollingDie:
       self.visited = True
       return self._finish(f"{state} Right cell, wrong face.", 0.2, False)
     return self._finish(state, 0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return [f"roll {direction}" for direction in self._plan()]

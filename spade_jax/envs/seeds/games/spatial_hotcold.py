@@ -50,3 +50,7 @@ class TreasureDetector:
       return self._finish(f"You dug up the treasure with {self.actions} actions!", reward, True)
     return self._finish(f"Nothing at ({x}, {y}); the detector there reads "
                         f"{self._reading(x, y)}.", 0.0, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    return ["dig {} {}".format(*self.treasure)]

@@ -87,3 +87,13 @@ class IceSlide:
     reward = 0.1 if remaining < self.best else 0.0
     self.best = min(self.best, remaining)
     return self._finish(self._show(), reward, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    pos, moves = self.pos, []
+    while pos != self.goal:
+      step = next(d for d in self.DIRS
+                  if self.dist.get(self._slide(pos, d), 99) == self.dist[pos] - 1)
+      moves.append(f"move {step}")
+      pos = self._slide(pos, step)
+    return moves

@@ -57,3 +57,13 @@ class RotatedRobot:
     reward = 0.05 if self._dist() < self.best else 0.0
     self.best = min(self.best, self._dist())
     return self._finish(f"Robot at {self.pos}. Goal at {self.goal}.", reward, False)
+
+  def oracle_actions(self):
+    """The actions that solve this instance, computed from the hidden state."""
+    moves = []
+    for heading, steps in (("east", self.goal[0]), ("north", self.goal[1])):
+      if steps < 0:
+        heading, steps = self.ORDER[(self.ORDER.index(heading) + 2) % 4], -steps
+      wanted = self.ORDER[(self.ORDER.index(heading) - self.rotation) % 4]
+      moves.append(f"move {wanted} {steps}")
+    return moves
