@@ -42,7 +42,10 @@ def get_config() -> ConfigDict:
   c.rl.warmup_steps = 10  # short warmup
   c.rl.schedule = "constant"  # flat after warmup
   c.rl.total_steps = 400  # = train.num_steps
-  c.rl.beta = 0.0  # no KL reference (saves a forward pass)
+  c.rl.beta = 0.01  # KL to the initial policy (k3 estimator): the paper's regularised GRPO
+  c.rl.kl_estimator = "k3"  # unbiased, non-negative, low variance; beta = 0 turns KL off
+  c.rl.role_balance = True  # designer / agent shares of the loss set here, not by token counts
+  c.rl.designer_loss_share = 0.2  # a fifth: 24 designer rows a refresh beside 384 episodes
   c.rl.micro_batch_size = 32  # rows per accumulation micro-batch
   c.corpus.paths = ()  # built-in math/science docstring corpus (the paper uses a 15k-doc one)
   c.train.num_steps = 400  # paper: 400 rollouts

@@ -93,6 +93,7 @@ def base_config() -> ConfigDict:
   c.sandbox.step_timeout_s = 1.0  # wall clock for one step()
   c.sandbox.memory_mb = 1024  # address-space cap of an environment process
   c.sandbox.isolation = "strict"  # "strict" | "basic" | "none": see spade_jax/sandbox/probe.py
+  c.sandbox.require_oracle = False  # validator: designed envs must define oracle_actions()
   # Every trainer setting, with RLConfig's defaults and comments (spade_jax/rl/config.py).
   c.rl = ConfigDict(rl_defaults())
   c.corpus = ConfigDict()
@@ -195,6 +196,8 @@ def _check_rest(config: ConfigDict) -> None:
   for name in ("reset_timeout_s", "step_timeout_s", "memory_mb", "num_workers"):
     _require(_is_number(sb[name]) and sb[name] > 0, f"sandbox.{name}", sb[name], "> 0")
   _require(sb.isolation in LEVELS, "sandbox.isolation", sb.isolation, f"one of {LEVELS}")
+  _require(isinstance(sb.require_oracle, bool), "sandbox.require_oracle", sb.require_oracle,
+           "a bool")
   for name in ("num_steps", "checkpoint_every", "keep_checkpoints", "log_every"):
     _require(isinstance(tr[name], int) and tr[name] >= 1, f"train.{name}", tr[name],
              "an int >= 1")

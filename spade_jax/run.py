@@ -77,7 +77,8 @@ def build_pool(config: Any):
   return SandboxPool(num_workers=int(sb.num_workers), max_turns=int(config.selfplay.max_turns),
                      reset_timeout_s=float(sb.reset_timeout_s),
                      step_timeout_s=float(sb.step_timeout_s), memory_mb=int(sb.memory_mb),
-                     isolation=str(sb.isolation))
+                     isolation=str(sb.isolation), require_tools=config.setting == "tool_use",
+                     require_oracle=bool(sb.require_oracle))
 
 
 def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:

@@ -41,6 +41,10 @@ class RLConfig:
   clip_low: float = 0.2  # ratio lower bound 1 - clip_low
   clip_high: float = 0.28  # ratio upper bound 1 + clip_high
   loss_agg: str = "token_mean"
+  # Role balance: the aggregation runs within each role and the designer's rows get
+  # designer_loss_share of the loss weight (aggregation.role_balanced); off = one pool.
+  role_balance: bool = False
+  designer_loss_share: float = 0.2
   # Advantages: normalised within each (role, group); then scaled by the role's weight.
   adv_estimator: str = "grpo"
   adv_std_bessel: bool = False
@@ -74,6 +78,8 @@ class RLConfig:
                  "designer_weight"):
       _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
     _check(0 <= self.clip_low < 1, "clip_low", "in [0, 1)", self.clip_low)
+    _check(0 <= self.designer_loss_share <= 1, "designer_loss_share", "in [0, 1]",
+           self.designer_loss_share)
     _check(self.adv_eps > 0, "adv_eps", "> 0", self.adv_eps)
     _check(self.micro_batch_size >= 0, "micro_batch_size", ">= 0 (0 = whole batch)",
            self.micro_batch_size)

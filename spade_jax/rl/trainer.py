@@ -113,7 +113,8 @@ class Trainer:
         batch.rewards, batch.group_ids, batch.roles, estimator=self.cfg.adv_estimator,
         bessel=self.cfg.adv_std_bessel, eps=self.cfg.adv_eps,
         role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight})
-    weights = token_weights(batch.loss_mask, self.cfg.loss_agg)
+    weights = token_weights(batch.loss_mask, self.cfg.loss_agg, batch.roles,
+                            self.cfg.designer_loss_share if self.cfg.role_balance else None)
     chunk = self.cfg.logprob_chunk if self.cfg.logprob_positions == "loss" else None
     arrays = prepare_batch(batch, adv, weights, micro_batch_size=self.cfg.micro_batch_size,
                            multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size,

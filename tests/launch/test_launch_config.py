@@ -115,6 +115,8 @@ def test_shipped_configs_validate(name, tmp_path):
   if config.model.checkpoint:  # the TPU configs point at a checkpoint dir on the TPU VM
     config.model.checkpoint = config.tokenizer = os.fspath(tmp_path)
   config_schema.validate(config)
+  rl = RLConfig.from_config(config.rl)
+  assert rl.beta > 0 and rl.kl_estimator == "k3" and rl.role_balance  # the paper's KL-GRPO
 
 
 @pytest.mark.parametrize("override, message", [

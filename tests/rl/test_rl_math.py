@@ -130,6 +130,28 @@ def test_aggregation_modes_match_numpy_and_split_exactly(mode):
   np.testing.assert_allclose(halves, (weights * per_token).sum(), rtol=1e-6)
 
 
+def test_role_balance_sets_the_designer_share_whatever_its_token_count():
+  rng = np.random.default_rng(4)
+  roles = np.array([0, 0, 0, 1, 1])
+  per_token = rng.normal(size=(5, 12)).astype(np.float32)
+  for designer_tokens in (2, 12):  # few or many designer tokens: same share of the loss
+    mask = np.zeros((5, 12), np.float32)
+    mask[:3, :6] = 1
+    mask[3:, :designer_tokens] = 1
+    weights = token_weights(mask, "token_mean", roles, designer_share=0.2)
+    assert (weights[mask == 0] == 0).all()
+    np.testing.assert_allclose(weights[roles == 1].sum(), 0.2, rtol=1e-6)
+    np.testing.assert_allclose(weights[roles == 0].sum(), 0.8, rtol=1e-6)
+    agent, designer = (_np_aggregate(per_token[roles == r], mask[roles == r], "token_mean")
+                       for r in (0, 1))
+    np.testing.assert_allclose((weights * per_token).sum(), 0.8 * agent + 0.2 * designer,
+                               rtol=1e-5)
+  plain = token_weights(mask, "token_mean")  # without balance the designer's share is its tokens'
+  np.testing.assert_allclose(plain[roles == 1].sum(), 24 / 42, rtol=1e-6)
+  only_agent = token_weights(mask[:3], "token_mean", roles[:3], designer_share=0.2)
+  np.testing.assert_allclose(only_agent.sum(), 1.0, rtol=1e-6)  # an absent role gives way
+
+
 def test_config_errors_name_the_field():
   with pytest.raises(ValueError, match="unknown config.rl field.*lerning_rate"):
     RLConfig.from_config({"lerning_rate": 1e-3})
