@@ -4,6 +4,9 @@ Definitions (also in docs/metrics.md). An arm's win rate is the record's: mean e
 of the arm (returns lie in [0, 1]; for 0/1 rewards it is the share of wins).
 * valid_rate: valid designer outputs / designer outputs of the step's generation (None on
   steps without generation; the logger then carries the active set's value forward).
+* invalid/<rule>: designer outputs of the step's generation rejected under each parse or
+  validator rule (e.g. no_code_block, tools_ignored, hackable, oracle); only rules that
+  occurred, only on generation steps.
 * designed_envs / replayed_envs: environments of the active set by origin (replayed includes
   the seed library in fixed-environment mode).
 * learnable_share: environments whose no-hint win rate is in [0.2, 0.8], divided by the step's
@@ -103,6 +106,9 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
   }
   if record.valid_rate is not None:
     out["curriculum/valid_rate"] = record.valid_rate
+  for reason, count in record.designer_invalid_reasons.items():
+    tag = f"curriculum/invalid/{reason.split('/', 1)[-1]}"  # "sandbox/hackable" -> hackable
+    out[tag] = out.get(tag, 0.0) + float(count)
   out.update({f"train/{k}": float(v) for k, v in train.items()})
   out.update({f"time/{k}": float(v) for k, v in record.timings.items()})
   return out

@@ -21,7 +21,8 @@ def _env(uid, origin, no_hint, hint, rewards=None, source=None, hint_text="", ob
 
 def _record(envs, **kw):
   fields = dict(step=1, refreshed=True, num_envs=6, designer_requests=4, designer_valid=1,
-                designer_invalid_reasons={"no code block": 3}, designed_envs=1,
+                designer_invalid_reasons={"parse/no_code_block": 2, "sandbox/hackable": 1},
+                designed_envs=1,
                 replayed_envs=len(envs) - 1, envs=envs, agent_samples=8, designer_samples=4,
                 designer_rewards=[-1.0, -1.0, -1.0, 0.5], dropped_episodes=2,
                 train_metrics={"loss": 0.5, "kl": 0.01, "logprob_gap_mean": 0.002},
@@ -43,6 +44,7 @@ def test_step_metrics_exact_values():
   ]
   m = curriculum.step_metrics(_record(envs))
   assert m["curriculum/valid_rate"] == 0.25
+  assert m["curriculum/invalid/no_code_block"] == 2.0 and m["curriculum/invalid/hackable"] == 1.0
   assert m["curriculum/designed_envs"] == 1.0
   assert m["curriculum/replayed_envs"] == 2.0
   assert m["curriculum/learnable_share"] == 1 / 6  # only d1 (0.5); budget 6, 3 unfilled
@@ -75,6 +77,10 @@ def test_no_generation_and_no_envs():
   m = curriculum.step_metrics(_record([], refreshed=False, designer_requests=0,
                                       designer_valid=0, designed_envs=0, replayed_envs=0))
   assert "curriculum/valid_rate" not in m
+  m = curriculum.step_metrics(_record([], refreshed=False, designer_requests=0,
+                                      designer_valid=0, designed_envs=0, replayed_envs=0,
+                                      designer_invalid_reasons={}))
+  assert not [tag for tag in m if tag.startswith("curriculum/invalid/")]
   assert m["curriculum/learnable_share"] == 0.0
   for tag in ("curriculum/regret_mean", "curriculum/diversity_vendi", "agent/return_hint",
               "curriculum/formula_reveal_rate", "curriculum/reward_levels"):

@@ -22,6 +22,7 @@ from selfplay_fakes import (
   seed_library,
 )
 
+from spade_jax.engine.api import SamplingParams
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.sandbox.api import EnvStep
 from spade_jax.sandbox.fake import FakePool
@@ -207,3 +208,62 @@ def test_infra_failures_are_dropped_not_scored():
   # trained (never scored as 0); only the invalid output's sample is.
   assert records[2].designer_rewards == [-1.0] and records[2].designer_samples == 1
   assert loop.memory.get("d1.0").regret is None
+
+
+DOORS = '''\
+import json
+import random
+
+
+class Doors:
+  max_turns = 3
+  tools = [{"type": "function", "function": {"name": "look", "description": "List the doors.",
+            "parameters": {"type": "object", "properties": {}}}},
+           {"type": "function", "function": {"name": "open_door", "description": "Open one.",
+            "parameters": {"type": "object", "properties": {
+                "door": {"type": "string", "enum": ["red", "blue", "green"]}},
+                "required": ["door"]}}}]
+
+  def reset(self, seed=None):
+    self.n = random.Random(seed).randint(0, 10**9)
+    return f"[env T] instance {self.n}. Open the door with the prize.", {}
+
+  def step(self, action):
+    if isinstance(action, str):
+      return "Please use the tools.", 0.0, False, False, {}
+    if action["name"] == "look":
+      return json.dumps({"doors": ["red", "blue", "green"], "n": self.n}), 0.0, False, False, {}
+    won = action["arguments"]["door"] == "red"
+    return json.dumps({"prize": won}), float(won), True, False, {}
+
+  def oracle_actions(self):
+    return [{"name": "open_door", "arguments": {"door": "red"}}]
+'''
+
+
+def test_tool_use_setting_end_to_end_with_qwen3_replies():
+  draft = "<think>\nA draft:\n```python\nclass Draft:\n  pass\n```\n</think>\n\n"
+  designs = {0: f"{draft}```python\n{DOORS}```\n<hint>open the red door</hint>",
+             1: "I would rather not write code."}
+
+  def agent(tag, hinted, step, turn):
+    door = "red" if hinted else "blue"
+    return ("<think>\nLook first, then open a door.\n</think>\n\n"
+            '<tool_call>\n{"name": "look", "arguments": {}}\n</tool_call>\n'
+            f'<tool_call>\n{{"name": "open_door", "arguments": {{"door": "{door}"}}}}\n'
+            "</tool_call>")
+
+  pool = FakePool(require_tools=True, require_oracle=True)
+  loop, _ = make_loop(designs=designs, rule=agent, pool=pool, setting="tool_use",
+                      agent_sampling=SamplingParams(max_new_tokens=512))
+  (record,) = run(loop, 1)
+  assert record.designer_valid == 1 and record.designer_invalid_reasons == {
+      "parse/no_code_block": 1}
+  (env,) = [e for e in record.envs if e.origin == "designed"]
+  assert env.win_rate == {"no_hint": 0.0, "hint": 1.0} and env.regret == 1.0
+  assert env.step_rewards["hint"] == [0.0, 1.0, 0.0, 1.0]  # two tool turns per episode
+  assert "<tool_response>" not in env.transcript["hint"]  # the transcript is per message
+  assert '[tool]\n{"prize": true}' in env.transcript["hint"]
+  batch = loop.trainer.batches[-1]
+  assert (batch.roles == AGENT).sum() == 2  # the no-hint arm of the designed environment
+  assert env.first_observation.startswith("[env T] instance")
