@@ -6,7 +6,12 @@ r"""SPADE tool-use setting: environments are tool specs plus user instructions, 
 
 The designer emits OpenAI function-calling specifications and a sequence of user
 instructions; the agent calls tools over several turns and the hint outlines a step-by-step
-plan. Generation uses k=8 because tool environments are costlier to produce (paper,
+plan. The agent calls tools in Qwen3's own format, the one the chat template announces when
+it renders `tools`: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blocks, several
+per reply allowed, each answered by its own tool turn; reasoning in <think> never counts
+(spade_jax/selfplay/replies.py). Environments receive each call as a parsed dict, and the
+validator requires `tools`, calls every tool with schema-valid arguments and rejects
+hackable environments (spade_jax/sandbox/guards.py). Generation uses k=8 because tool environments are costlier to produce (paper,
 "Experimental Setup"). Everything else follows configs/games.py. Expected runtime: not
 measured here (no TPU run was made).
 """
@@ -30,7 +35,7 @@ def _games_config() -> ConfigDict:
 
 def get_config() -> ConfigDict:
   c = _games_config()
-  c.setting = "tool_use"  # tool-spec environments, JSON tool-call actions
+  c.setting = "tool_use"  # tool-spec environments; Qwen3 <tool_call> replies, parsed calls
   c.selfplay.k = 8  # paper: larger refresh interval / designer delay for tool environments
   c.selfplay.skills = TOOL_CATEGORIES  # lookup, transaction, scheduling, data_transform
   c.selfplay.categories_per_step = 2  # categories drawn per refresh

@@ -5,7 +5,8 @@ run as `make smoke` runs them: a child process on one CPU device (the 8 fake dev
 test session are not inherited). Checks that every required TensorBoard tag is written, that
 a checkpoint exists, and that a second launch continues at step 3 with the memory the first
 one saved. Both launches share a persistent compilation cache, so the second one mostly
-reuses the first one's executables.
+reuses the first one's executables. A third launch plays one step of the tool-use setting
+(the tool seeds, the real reply parser) with the same cache.
 """
 
 import glob
@@ -72,12 +73,17 @@ def smoke_runs(tmp_path_factory):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
-  def launch(num_steps):
+  def launch(num_steps, where=workdir, extra=()):
     proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",
-                           workdir, f"--config.train.num_steps={num_steps}", *overrides],
+                           where, f"--config.train.num_steps={num_steps}", *overrides, *extra],
                           env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
+  tools = os.fspath(tmp_path_factory.mktemp("smoke_tool_use"))
+  launch(1, tools, ["--config.setting=tool_use",
+                    "--config.selfplay.skills=('lookup','transaction')"])
+  tool_use = {"scalars": _scalars(tools),
+              "log": open(os.path.join(tools, "log.txt"), encoding="utf-8").read()}
   launch(2)
   tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
   first = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
@@ -86,11 +92,11 @@ def smoke_runs(tmp_path_factory):
   launch(3)
   second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
             "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read()}
-  return first, second
+  return first, second, tool_use
 
 
 def test_every_tag_written_each_step(smoke_runs):
-  first, _ = smoke_runs
+  first, _, _ = smoke_runs
   missing = [t for t in REQUIRED_TAGS if t not in first["scalars"]]
   assert not missing, f"tags never written: {missing}"
   for tag in REQUIRED_TAGS:
@@ -110,7 +116,7 @@ def test_every_stage_runs_for_real(smoke_runs):
 
 
 def test_checkpoint_and_log(smoke_runs):
-  first, _ = smoke_runs
+  first, _, _ = smoke_runs
   step, host_state = first["checkpoint"]
   assert step == 2 and host_state["step"] == 2
   lines = first["log"].splitlines()
@@ -119,10 +125,17 @@ def test_checkpoint_and_log(smoke_runs):
 
 
 def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
-  first, second = smoke_runs
+  first, second, _ = smoke_runs
   assert second["scalars"]["train/loss"] == [1, 2, 3]  # step 3 only was added
   assert second["log"].splitlines()[-1].startswith("step 3/3")
   saved, resumed = _memory(first["checkpoint"][1]), _memory(second["checkpoint"][1])
   assert set(saved) <= set(resumed)
   for uid, entry in saved.items():  # a fresh memory would have restarted these counts
     assert resumed[uid]["times_played"] >= entry["times_played"], uid
+
+
+def test_tool_use_setting_runs_a_step_on_the_tiny_model(smoke_runs):
+  *_, tool_use = smoke_runs
+  for tag in REQUIRED_TAGS:
+    assert tool_use["scalars"][tag] == [1], tag
+  assert tool_use["log"].startswith("step 1/1")
