@@ -80,7 +80,7 @@ def smoke_runs(tmp_path_factory):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
 
   tools = os.fspath(tmp_path_factory.mktemp("smoke_tool_use"))
-  launch(1, tools, ["--config.setting=tool_use",
+  launch(1, tools, ["--config.setting=tool_use", "--config.selfplay.library=seeds",
                     "--config.selfplay.skills=('lookup','transaction')"])
   tool_use = {"scalars": _scalars(tools),
               "log": open(os.path.join(tools, "log.txt"), encoding="utf-8").read()}
