@@ -11,9 +11,9 @@ it renders `tools`: <tool_call>{"name": ..., "arguments": {...}}</tool_call> blo
 per reply allowed, each answered by its own tool turn; reasoning in <think> never counts
 (spade_jax/selfplay/replies.py). Environments receive each call as a parsed dict, and the
 validator requires `tools`, calls every tool with schema-valid arguments and rejects
-hackable environments (spade_jax/sandbox/guards.py). Generation uses k=8 because tool environments are costlier to produce (paper,
-"Experimental Setup"). Everything else follows configs/games.py. Expected runtime: not
-measured here (no TPU run was made).
+hackable environments (spade_jax/sandbox/guards.py). Generation uses k=8 because tool
+environments are costlier to produce (paper, "Experimental Setup"). Everything else follows
+configs/games.py. Expected runtime: not measured here (no TPU run was made).
 """
 
 import importlib.util
