@@ -95,11 +95,6 @@ def tool_calls_problem(runs: list[Run], tools) -> str | None:
   return None
 
 
-def _is_call(action) -> bool:
-  return (isinstance(action, dict) and set(action) == {"name", "arguments"}
-          and isinstance(action["name"], str) and isinstance(action["arguments"], dict))
-
-
 def oracle_problem(runs: list[Run], has_oracle: bool, required: bool) -> str | None:
   if not has_oracle:
     return ("oracle: this run requires oracle_actions(), the actions that solve the current "
@@ -111,10 +106,9 @@ def oracle_problem(runs: list[Run], has_oracle: bool, required: bool) -> str | N
               f"{coerce.env_error(outcome).error_detail}")
     if outcome.get("type") not in ("list", "tuple"):
       return f"oracle: oracle_actions() must return a list, got {outcome.get('type')}"
-    bad = [a for a in run.actions if not isinstance(a, str) and not _is_call(a)]
-    if bad:
-      return (f"oracle: {json.dumps(bad[0])[:80]} is neither a str action nor a tool call "
-              '{"name": str, "arguments": dict}')
+    if "bad" in outcome:
+      return (f"oracle: oracle_actions() returned {str(outcome['bad'])[:80]}, which is neither "
+              'a str action nor a JSON tool call {"name": str, "arguments": dict}')
     if run.total < contract.ORACLE_MIN_RETURN:
       return (f"oracle: oracle_actions() reached a return of {run.total:.3g} < "
               f"{contract.ORACLE_MIN_RETURN:g} on seed {run.seed}")

@@ -191,10 +191,7 @@ def _play(cls: type, job: dict, max_obs_chars: int) -> dict:
 def _actions(env, job: dict, reset_result, run: dict) -> list:
   """The actions of the job: given, from the oracle (its reply recorded), or a probe's."""
   if job["kind"] == "oracle":
-    made = call(env, "oracle_actions")
-    run["oracle"] = made if "err" in made else {"type": type(made["ok"]).__name__}
-    actions = made.get("ok")
-    return list(actions[:MAX_ORACLE_STEPS]) if isinstance(actions, (list, tuple)) else []
+    return _oracle_actions(env, run)
   if job["kind"] != "probe":
     return job["actions"]
   try:
@@ -206,6 +203,44 @@ def _actions(env, job: dict, reset_result, run: dict) -> list:
 
 
 MAX_ORACLE_STEPS = 64
+
+
+def _oracle_actions(env, run: dict) -> list:
+  """oracle_actions() of a freshly reset instance; what it returned is noted in the run."""
+  made = call(env, "oracle_actions")
+  if "err" in made:
+    run["oracle"] = made
+    return []
+  actions = made["ok"]
+  run["oracle"] = {"type": type(actions).__name__}
+  if not isinstance(actions, (list, tuple)):
+    return []
+  for action in actions[:MAX_ORACLE_STEPS]:
+    if not _is_action(action):
+      run["oracle"]["bad"] = _describe(action)
+      return []
+  return list(actions[:MAX_ORACLE_STEPS])
+
+
+def _is_action(action) -> bool:
+  """A str, or a tool call {"name": str, "arguments": dict} that is JSON."""
+  if isinstance(action, str):
+    return True
+  if not (isinstance(action, dict) and set(action) == {"name", "arguments"}
+          and isinstance(action["name"], str) and isinstance(action["arguments"], dict)):
+    return False
+  try:
+    json.dumps(action)
+  except BaseException:
+    return False
+  return True
+
+
+def _describe(value) -> str:
+  try:
+    return repr(value)[:80]
+  except BaseException:  # a hostile __repr__
+    return type(value).__name__
 _EXAMPLE = (re.compile(r"`([^`\n]{1,80})`"), re.compile(r'"([^"\n]{1,80})"'),
             re.compile(r"(?:for example|for instance|e\.g\.|such as|example:)[:,]?\s*"
                        r"([^\n.;)]{1,80})", re.IGNORECASE),

@@ -104,6 +104,10 @@ def test_the_oracle_must_solve_fresh_seeds_and_can_be_required():
                                    "ZeroDivisionError")
   string = SHOP.replace(oracle_line, "    return str(self.price)")
   assert reason(string) == "oracle: oracle_actions() must return a list, got str"
+  unjson = SHOP.replace(oracle_line, "    return [{1, 2}]")
+  assert reason(unjson).startswith("oracle: oracle_actions() returned {1, 2}, which is neither")
+  number = SHOP.replace(oracle_line, "    return [42]")
+  assert reason(number).startswith("oracle: oracle_actions() returned 42, which is neither")
   missing = SHOP.replace("def oracle_actions", "def _oracle_actions")
   assert reason(missing) is None
   assert reason(missing, require_oracle=True).startswith("oracle: this run requires")
