@@ -1,5 +1,6 @@
 """Designer and agent prompts: what each role is shown."""
 
+from spade_jax.sandbox import validate
 from spade_jax.sandbox.contract import CONTRACT_TEXT
 from spade_jax.selfplay import prompts
 
@@ -25,6 +26,9 @@ def test_ablations_and_variants_change_the_prompt():
   assert "<passage>" not in bare and "Environments already" not in bare
   tools = prompts.designer_system_prompt("tool_use")
   assert prompts.SCAFFOLD_TOOLS in tools and "tool-use environment" in tools
+  for scaffold in (prompts.SCAFFOLD, prompts.SCAFFOLD_TOOLS):  # the contract's shape, oracle
+    assert validate.static_check(scaffold).valid and "def oracle_actions(self)" in scaffold
+  assert "isinstance(action, str)" in prompts.SCAFFOLD_TOOLS  # calls arrive as dicts
   ema = prompts.designer_system_prompt("games", "ema_learning_potential")
   assert "learning potential" in ema and "hint-based regret" not in ema
 

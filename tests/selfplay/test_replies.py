@@ -5,12 +5,14 @@ import json
 import pytest
 
 from spade_jax.selfplay.replies import (
+  CALL_FORMAT,
   MISSING_ACTION,
   extract_action,
   parse_call,
   parse_reply,
   visible_text,
 )
+from spade_jax.tokenizer import load_tokenizer
 
 TOOLS = [{"type": "function", "function": {"name": n, "description": "d",
                                            "parameters": {"type": "object", "properties": {}}}}
@@ -103,3 +105,12 @@ def test_visible_text_handles_a_prompt_opened_think_and_an_unfinished_one():
   assert visible_text("reasoning only\n</think>\n\nanswer") == "answer"  # <think> in the prompt
   assert visible_text("<think>\nstill thinking when the reply was cut") == ""
   assert visible_text("no reasoning at all") == "no reasoning at all"
+
+
+def test_the_chat_template_announces_the_format_the_parser_reads():
+  rendered = load_tokenizer("tiny").apply_chat_template(
+      [{"role": "user", "content": "hi"}], tools=TOOLS, add_generation_prompt=True)
+  assert CALL_FORMAT in rendered
+  call = '<tool_call>\n{"name": "transfer", "arguments": {"amount_cents": 5}}\n</tool_call>'
+  assert parse_reply(call, tools=TOOLS).calls == [{"name": "transfer",
+                                                   "arguments": {"amount_cents": 5}}]
