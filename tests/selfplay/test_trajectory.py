@@ -9,6 +9,7 @@ engine actually saw and sampled, one growing sequence, and that is what the trai
 
 import json
 
+import pytest
 from selfplay_fakes import REPLY_LOGPROB, ByteTokenizer
 
 from spade_jax.engine.api import SamplingParams
@@ -18,8 +19,10 @@ from spade_jax.selfplay.batching import agent_samples, build_train_batch
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.timing import Timings
+from spade_jax.tokenizer import load_tokenizer
 
-TOK = ByteTokenizer()  # renders with the bundled Qwen3 chat template
+# Both render with the bundled Qwen3 chat template; "tiny" is the SentencePiece tokenizer.
+TOKENIZERS = {"bytes": ByteTokenizer(), "tiny": load_tokenizer("tiny")}
 
 SHOP = '''\
 import json
@@ -59,19 +62,21 @@ def _reply(turn: int, history: str) -> str:
   return f"<think>\nreasoning {turn + 1}: the tool said {price}\n</think>\n\n{price}"
 
 
-def test_training_uses_the_sampled_sequence_not_the_template_rerender():
+@pytest.mark.parametrize("name", sorted(TOKENIZERS))
+def test_training_uses_the_sampled_sequence_not_the_template_rerender(name):
+  tok = TOKENIZERS[name]
   histories, replies = [], []
 
   def reply_fn(cid, history, params):
-    text = _reply(len(replies), TOK.decode(history))
-    ids = TOK.encode(text) + [TOK.eos_id]
+    text = _reply(len(replies), tok.decode(history))
+    ids = tok.encode(text) + [tok.eos_id]
     histories.append(list(history))
     replies.append(ids)
     return ids, [REPLY_LOGPROB] * len(ids)
 
   spec = EpisodeSpec((0, "p", "no_hint", 0), "p", "no_hint", SHOP, None, 7, 1, 8)
-  params = SamplingParams(max_new_tokens=256, stop_token_ids=TOK.stop_ids)
-  (ep,) = play_episodes(FakeEngine(reply_fn, steps_per_poll=64), FakePool(), ChatFormatter(TOK),
+  params = SamplingParams(max_new_tokens=256, stop_token_ids=tok.stop_ids)
+  (ep,) = play_episodes(FakeEngine(reply_fn, steps_per_poll=64), FakePool(), ChatFormatter(tok),
                         [spec], EpisodeSettings("<action>{}</action>", params), Timings())
   assert ep.terminated and ep.turns == 4 and ep.episode_return == 1.0
   assert [m["role"] for m in ep.messages[2:]] == ["assistant", "tool", "assistant", "user",
@@ -88,18 +93,18 @@ def test_training_uses_the_sampled_sequence_not_the_template_rerender():
 
   # The template's re-rendering of the same conversation differs: it drops the reasoning of
   # the turns before the last user message (turns 1-2 here) and keeps the later ones.
-  rerender = TOK.encode(TOK.apply_chat_template(ep.messages[:-1], tools=ep.tools))[:-1]
+  rerender = tok.encode(tok.apply_chat_template(ep.messages[:-1], tools=ep.tools))[:-1]
   first_reply = ep.loss_mask.index(1)
   assert rerender[:first_reply] == ep.tokens[:first_reply]  # same prompt
   assert rerender[first_reply] != ep.tokens[first_reply]  # forks at the first <think>
-  text, sampled_text = TOK.decode(rerender), TOK.decode(ep.tokens)
+  text, sampled_text = tok.decode(rerender), tok.decode(ep.tokens)
   assert all(f"reasoning {k}" in sampled_text for k in (1, 2, 3, 4))
   assert [f"reasoning {k}" in text for k in (1, 2, 3, 4)] == [False, False, True, True]
   assert len(rerender) < len(ep.tokens)
 
   # The trainer's row is the sampled sequence, loss exactly on the sampled tokens.
   batch = build_train_batch(agent_samples([ep], step=0, train_on_hint_arm=False),
-                            pad_id=TOK.pad_id)
+                            pad_id=tok.pad_id)
   n = len(ep.tokens)
   assert batch.tokens[0, :n].tolist() == ep.tokens
   assert batch.tokens[0, :n][batch.loss_mask[0, :n] == 1].tolist() == sum(replies, [])
