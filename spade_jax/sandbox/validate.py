@@ -33,7 +33,8 @@ FORBIDDEN_ATTRS = frozenset({
     "__getattribute__", "__globals__", "__loader__", "__mro__", "__spec__", "__subclasses__",
     "f_back", "f_globals", "f_locals", "gi_frame", "tb_frame",
 })
-# Actions for the trial steps: numbers, words and moves, and a mix with a tool call.
+# Actions for the trial steps: numbers, words and moves, and odd strings (JSON-looking text
+# included: in a tool-use environment it is a plain reply, calls arrive as dicts).
 ACTION_POOLS = (
     ("0", "1", "2", "3", "5", "7", "10", "12", "15", "20", "50", "100", "-1"),
     ("yes", "no", "a", "b", "north", "south", "left", "right", "up", "down", "A1", "B2"),
