@@ -11,8 +11,10 @@ chat template drops it when it re-renders the conversation. What is left is read
     Each block is one `ReplyPart`, in order: a parsed call {"name", "arguments"} that the
     environment receives as a JSON object, or, for malformed JSON, a missing name, arguments
     that are not an object, an undeclared tool or an unclosed block, an error part whose
-    text the agent gets back as that call's tool response (reward 0). A reply without a
-    block is the agent's plain answer to the user: one text part with the visible text.
+    text the agent gets back as that call's tool response (reward 0). Text around the
+    blocks is not sent (the chat template keeps it as the assistant's content). A reply
+    without a block is the agent's plain answer to the user: one text part with the
+    visible text.
   games: the text inside the last match of the action format (e.g. `<action>{}</action>`)
     is one text part; a reply without one is an error part (`MISSING_ACTION`).
 
