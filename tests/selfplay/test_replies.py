@@ -1,6 +1,9 @@
 """The reply parser on hand-written Qwen3-format replies (thinking, several calls, errors)."""
 
 import json
+import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -114,3 +117,10 @@ def test_the_chat_template_announces_the_format_the_parser_reads():
   call = '<tool_call>\n{"name": "transfer", "arguments": {"amount_cents": 5}}\n</tool_call>'
   assert parse_reply(call, tools=TOOLS).calls == [{"name": "transfer",
                                                    "arguments": {"amount_cents": 5}}]
+
+
+def test_the_parser_imports_without_jax():  # the evaluation reuses it outside the trainer
+  code = ("import sys, spade_jax.selfplay.replies; "
+          "assert not [m for m in ('jax', 'flax', 'spade_jax.engine') if m in sys.modules]")
+  subprocess.run([sys.executable, "-c", code], check=True,
+                 cwd=pathlib.Path(__file__).parents[2])
