@@ -7,6 +7,8 @@ later windows' is 0 (regret 1.0), and each window's designer samples are trained
 k steps later.
 """
 
+import dataclasses
+import importlib.util
 import json
 
 import pytest
@@ -22,11 +24,16 @@ from selfplay_fakes import (
   seed_library,
 )
 
+from spade_jax import config_schema
 from spade_jax.engine.api import SamplingParams
+from spade_jax.engine.fake import FakeEngine
+from spade_jax.envs.library import load_seed_library
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.sandbox.api import EnvStep
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.loop import SelfPlayLoop
+from spade_jax.selfplay.memory import MemoryEntry
+from spade_jax.selfplay.settings import SelfPlaySettings
 
 TOK = ByteTokenizer()
 DESIGNS = {0: designer_reply("A"), 1: "I would rather not write code."}
@@ -267,3 +274,35 @@ def test_tool_use_setting_end_to_end_with_qwen3_replies():
   batch = loop.trainer.batches[-1]
   assert (batch.roles == AGENT).sum() == 2  # the no-hint arm of the designed environment
   assert env.first_observation.startswith("[env T] instance")
+
+
+def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
+  spec = importlib.util.spec_from_file_location("tool_use_config",
+                                                config_schema.CONFIG_DIR / "tool_use.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  settings = dataclasses.replace(SelfPlaySettings.from_config(module.get_config()), num_envs=2,
+                                 group_size=2, fixed_envs=True, max_cache_len=None)
+  library = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
+             for s in load_seed_library(kind="tool_use")]
+
+  def first_tool_then_answer(cid, history, params):  # a Qwen3 reply: think, then one call
+    convo = TOK.decode(history)
+    tool = json.loads(convo.split("<tools>\n", 1)[1].split("\n", 1)[0])["function"]["name"]
+    turn = convo.count("<|im_start|>assistant") - 1
+    text = ("<think>\nStart with a tool.\n</think>\n\n"
+            f'<tool_call>\n{{"name": "{tool}", "arguments": {{}}}}\n</tool_call>'
+            if turn == 0 else "<think>\nDone.\n</think>\n\nAll done.")
+    ids = TOK.encode(text) + [TOK.eos_id]
+    return ids, [REPLY_LOGPROB] * len(ids)
+
+  loop = SelfPlayLoop(settings, engine=FakeEngine(first_tool_then_answer, num_slots=8,
+                                                  steps_per_poll=256),
+                      pool=FakePool(require_tools=True), tokenizer=TOK, trainer=FakeTrainer(),
+                      corpus=None, library=library)
+  record = loop.step()
+  assert len(record.envs) == 2 and record.dropped_episodes == 0
+  for env in record.envs:
+    assert "[tool]\n" in env.transcript["no_hint"] and "All done." in env.transcript["no_hint"]
+    assert all(len(r) >= 2 for r in env.step_rewards.values())  # a tool turn, then a reply
+  assert loop.trainer.batches and (loop.trainer.batches[-1].roles == AGENT).all()
