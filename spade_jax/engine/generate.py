@@ -22,6 +22,8 @@ from flax import nnx
 from spade_jax.engine import stopping
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.model.load import load_model
+from spade_jax.tokenizer import load_tokenizer
 
 _BUCKETS = (16, 32, 64, 128, 256, 512)
 
@@ -88,18 +90,12 @@ def load_checkpoint(path: str, dtype: str) -> nnx.Module:
   if not pathlib.Path(path).is_dir():
     raise FileNotFoundError(f"--checkpoint {path!r}: no such directory (expected a Hugging Face "
                             "checkpoint with config.json, or a trainer checkpoint)")
-  try:
-    from spade_jax.model.load import load_model  # pylint: disable=g-import-not-at-top
-  except ImportError:
-    from spade_jax.model.hf_io import from_pretrained  # pylint: disable=g-import-not-at-top
-    return from_pretrained(path, dtype=dtype)
   return load_model(path, dtype, None)
 
 
 def _tokenizer(path: str):
   if not (pathlib.Path(path) / "tokenizer.json").is_file():
     return None
-  from spade_jax.tokenizer import load_tokenizer  # pylint: disable=g-import-not-at-top
   return load_tokenizer(path)
 
 
