@@ -9,8 +9,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip setuptools
 
-$(VENV)/.runtime-installed: $(BIN)/python requirements.txt pyproject.toml
+$(VENV)/.runtime-installed: $(BIN)/python requirements.txt requirements-nodeps.txt pyproject.toml
 	$(BIN)/pip install -q -r requirements.txt
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.txt
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 

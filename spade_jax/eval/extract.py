@@ -112,7 +112,9 @@ def normalize_math(answer: str | None) -> str | None:
   number = _as_number(text)
   if number is None:
     return text
-  return str(number.numerator) if number.denominator == 1 else f"{number.numerator}/{number.denominator}"
+  if number.denominator == 1:
+    return str(number.numerator)
+  return f"{number.numerator}/{number.denominator}"
 
 
 def _as_number(text: str) -> fractions.Fraction | None:

@@ -40,7 +40,8 @@ class ProgramCheck:
       if exc.code not in (None, 0):
         return "failed", {{"status": "failed", "detail": "SystemExit(%r)" % (exc.code,)}}
     except BaseException as exc:
-      return "failed", {{"status": "failed", "detail": ("%s: %s" % (type(exc).__name__, exc))[:300]}}
+      detail = ("%s: %s" % (type(exc).__name__, exc))[:300]
+      return "failed", {{"status": "failed", "detail": detail}}
     finally:
       sys.stdin, sys.stdout = sys.__stdin__, sys.__stdout__
     if expected is not None and out.getvalue().split() != expected.split():

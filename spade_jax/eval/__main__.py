@@ -1,0 +1,133 @@
+"""`python -m spade_jax.eval {run,score,compare}`: held-out evaluation (docs/eval.md).
+
+  run      --checkpoint PATH --suite A[,B...] [--samples K] [--limit N] [--out FILE.jsonl]
+  score    --suite NAME --predictions FILE.jsonl [--out FILE.jsonl]
+  compare  RUN_A.json RUN_B.json
+
+`run` and `score` write one JSON line per item to --out and the summary to
+<out without .jsonl>.summary.json, and print the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+import time
+
+from spade_jax.engine.api import SamplingParams
+from spade_jax.eval import compare, evaluate
+from spade_jax.eval.suites import get_suite
+
+
+def _data(pairs: list[str]) -> dict[str, str]:
+  out = {}
+  for pair in pairs:
+    name, sep, path = pair.partition("=")
+    if not sep or not path:
+      raise SystemExit(f"--data expects NAME=PATH, got {pair!r}")
+    out[name] = path
+  return out
+
+
+def _pool(isolation: str, timeout_s: float):
+  from spade_jax.sandbox.pool import SandboxPool
+  return SandboxPool(num_workers=2, reset_timeout_s=timeout_s, isolation=isolation)
+
+
+def _summary_path(out: str) -> pathlib.Path:
+  path = pathlib.Path(out)
+  return path.with_name(path.name.removesuffix(".jsonl") + ".summary.json")
+
+
+def _write_summary(out: str, summaries, meta: dict) -> None:
+  doc = {**meta, "suites": {name: s.to_json() for name, s in summaries.items()}}
+  _summary_path(out).write_text(json.dumps(doc, indent=1) + "\n")
+  for s in summaries.values():
+    print(f"{s.suite}: {s.metric} = {s.value:.4f} ± {s.stderr:.4f} (n={s.n}, "
+          f"no answer {s.no_answer}, unscored {s.unscored}) {s.extra or ''}")
+  print(f"wrote {out} and {_summary_path(out)}")
+
+
+def _run(args) -> None:
+  from spade_jax.eval.generate import Generator
+  from spade_jax.eval.load import engine_for, tokenizer_for
+  data = _data(args.data)
+  names = [n for n in args.suite.split(",") if n]
+  suites = [get_suite(n, data.get(n)) for n in names]  # fail on a bad name before loading
+  tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
+  engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, num_slots=args.num_slots,
+                                 max_cache_len=args.max_cache_len,
+                                 prefill_buckets=tuple(args.prefill_buckets))
+  pool = _pool(args.isolation, args.timeout_s) if any(s.needs_pool for s in suites) else None
+  generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1, seed=args.seed),
+                        cache_len, progress=not args.quiet)
+  requests = [evaluate.SuiteRequest(s.name, data.get(s.name), args.limit, args.samples)
+              for s in suites]
+  start = time.perf_counter()
+  try:
+    summaries = evaluate.evaluate(requests, generator, pool, args.out,
+                                  max_new_tokens=args.max_new_tokens,
+                                  temperature=args.temperature, top_p=args.top_p)
+  finally:
+    if pool is not None:
+      pool.close()
+  _write_summary(args.out, summaries, {"checkpoint": args.checkpoint, "limit": args.limit,
+                                       "wall_s": round(time.perf_counter() - start, 1)})
+
+
+def _score(args) -> None:
+  suite = get_suite(args.suite, _data(args.data).get(args.suite))
+  pool = _pool(args.isolation, args.timeout_s) if suite.needs_pool else None
+  try:
+    summaries = evaluate.score_file(args.suite, args.predictions, _data(args.data).get(args.suite),
+                                    pool, args.out)
+  finally:
+    if pool is not None:
+      pool.close()
+  _write_summary(args.out, summaries, {"predictions": args.predictions})
+
+
+def _compare(args) -> None:
+  print(compare.table(compare.load_summary(args.a), compare.load_summary(args.b),
+                      (pathlib.Path(args.a).stem[:10], pathlib.Path(args.b).stem[:10])))
+
+
+def main(argv=None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m spade_jax.eval", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  verbs = parser.add_subparsers(dest="verb", required=True)
+  run = verbs.add_parser("run", help="generate with a checkpoint and score")
+  run.add_argument("--checkpoint", required=True)
+  run.add_argument("--tokenizer", default=None, help="default: the checkpoint's own")
+  run.add_argument("--suite", required=True, help="comma-separated suite names")
+  run.add_argument("--samples", type=int, default=None, help="responses per item")
+  run.add_argument("--limit", type=int, default=None, help="first N items of each suite")
+  run.add_argument("--max-new-tokens", type=int, default=None)
+  run.add_argument("--temperature", type=float, default=None)
+  run.add_argument("--top-p", type=float, default=None)
+  run.add_argument("--seed", type=int, default=0)
+  run.add_argument("--dtype", default="float32")
+  run.add_argument("--num-slots", type=int, default=16)
+  run.add_argument("--max-cache-len", type=int, default=8192)
+  run.add_argument("--prefill-buckets", type=int, nargs="+", default=[256, 1024, 4096])
+  run.add_argument("--quiet", action="store_true", help="no progress bar")
+  score = verbs.add_parser("score", help="score predictions written elsewhere (no model)")
+  score.add_argument("--suite", required=True)
+  score.add_argument("--predictions", required=True)
+  for verb in (run, score):
+    verb.add_argument("--out", default="eval.jsonl")
+    verb.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
+                      help="data file of a suite whose data users bring (aime, gpqa, ...)")
+    verb.add_argument("--isolation", default="strict", help="least sandbox isolation accepted")
+    verb.add_argument("--timeout-s", type=float, default=10.0, help="wall clock per program")
+  cmp = verbs.add_parser("compare", help="per-suite table of two summary files")
+  cmp.add_argument("a")
+  cmp.add_argument("b")
+  args = parser.parse_args(argv)
+  {"run": _run, "score": _score, "compare": _compare}[args.verb](args)
+
+
+if __name__ == "__main__":
+  sys.exit(main())

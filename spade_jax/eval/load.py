@@ -1,0 +1,36 @@
+"""The model, tokenizer and engine of an evaluation run, from a checkpoint path.
+
+`--checkpoint` is anything `spade_jax.model.load.load_model` opens: a Hugging Face
+directory (config.json + safetensors) or hub id, a trainer workdir, its checkpoints/
+directory or one <workdir>/checkpoints/<step>. The tokenizer is the checkpoint directory's
+own (tokenizer.json) unless `--tokenizer` names one (a trainer workdir has none).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.model.load import load_model
+from spade_jax.tokenizer import load_tokenizer
+
+
+def tokenizer_for(checkpoint: str, tokenizer: str | None):
+  if tokenizer:
+    return load_tokenizer(tokenizer)
+  path = pathlib.Path(checkpoint).expanduser()
+  if path.is_dir() and not (path / "tokenizer.json").is_file():
+    raise ValueError(f"{checkpoint} has no tokenizer.json: pass --tokenizer (a directory or hub "
+                     "id with tokenizer.json, or 'tiny')")
+  return load_tokenizer(checkpoint)
+
+
+def engine_for(checkpoint: str, *, dtype: str, num_slots: int, max_cache_len: int,
+               prefill_buckets: tuple[int, ...]) -> tuple[SlotConversationEngine, int]:
+  """(engine, the cache length it got: at most the model's max_position_embeddings)."""
+  model = load_model(checkpoint, dtype=dtype)
+  max_cache_len = min(max_cache_len, int(model.cfg.max_position_embeddings))
+  buckets = tuple(b for b in prefill_buckets if b < max_cache_len) or (max_cache_len // 2,)
+  engine = SlotConversationEngine(model, num_slots=num_slots, max_cache_len=max_cache_len,
+                                  prefill_buckets=buckets)
+  return engine, max_cache_len

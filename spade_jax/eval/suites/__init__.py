@@ -1,0 +1,34 @@
+"""The suite registry: name -> factory(data path or None) -> Suite.
+
+Offline suites carry their data (installed packages, the seed library); the loaders of
+benchmarks whose data users bring need `data` (a file path; `--data NAME=PATH`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from spade_jax.eval.suite import Suite
+
+
+def _reasoning_gym(data):
+  from spade_jax.eval.suites.reasoning_gym import ReasoningGym
+  return ReasoningGym()
+
+
+def _humaneval(data):
+  from spade_jax.eval.suites.humaneval import HumanEval
+  return HumanEval()
+
+
+SUITES: dict[str, Callable[[str | None], Suite]] = {
+    "reasoning_gym": _reasoning_gym,
+    "humaneval": _humaneval,
+}
+OFFLINE = ("reasoning_gym", "humaneval")
+
+
+def get_suite(name: str, data: str | None = None) -> Suite:
+  if name not in SUITES:
+    raise ValueError(f"unknown suite {name!r}; known: {sorted(SUITES)}")
+  return SUITES[name](data)
