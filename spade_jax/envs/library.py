@@ -22,6 +22,10 @@ KINDS = ("games", "tool_use")
 GAME_CATEGORIES = ("deduction", "planning", "spatial", "arithmetic", "induction", "probing")
 TOOL_CATEGORIES = ("lookup", "transaction", "scheduling", "data_transform")
 _FIELDS = ("name", "file", "kind", "category", "hint", "description")
+# The held-out split: one game per category that training can exclude from the memory and
+# the replays (config.eval.hold_out_seed_games); evaluation plays them (seed_games_heldout).
+HELDOUT_GAMES = ("liar", "hanoi", "ice", "crt", "cipher", "eggs")
+SPLITS = ("all", "train", "heldout")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,11 +70,16 @@ def read_manifest() -> list[dict]:
   return entries
 
 
-def load_seed_library(kind: str | None = None,
-                      categories: Iterable[str] | None = None) -> list[SeedEnv]:
-  """Seeds of one kind (None = both) whose category is in `categories` (None = all)."""
+def load_seed_library(kind: str | None = None, categories: Iterable[str] | None = None,
+                      split: str = "all") -> list[SeedEnv]:
+  """Seeds of one kind (None = both) whose category is in `categories` (None = all).
+
+  split: "all"; "train" leaves out HELDOUT_GAMES; "heldout" keeps only them.
+  """
   if kind is not None and kind not in KINDS:
     raise ValueError(f"kind={kind!r} is not one of {KINDS} (or None for both)")
+  if split not in SPLITS:
+    raise ValueError(f"split={split!r} is not one of {SPLITS}")
   wanted = None if categories is None else set(categories)
   if wanted is not None:
     unknown = wanted - set(GAME_CATEGORIES) - set(TOOL_CATEGORIES)
@@ -79,6 +88,9 @@ def load_seed_library(kind: str | None = None,
                        f"{GAME_CATEGORIES + TOOL_CATEGORIES}")
   seeds = []
   for entry in read_manifest():
+    held_out = entry["name"] in HELDOUT_GAMES
+    if split != "all" and held_out != (split == "heldout"):
+      continue
     if (kind is None or entry["kind"] == kind) and (wanted is None or entry["category"] in wanted):
       source = (SEEDS_DIR / entry["file"]).read_text()
       seeds.append(SeedEnv(entry["name"], entry["kind"], entry["category"], source,

@@ -45,7 +45,8 @@ def evaluate(requests: Sequence[SuiteRequest], generator: Generator, pool=None,
       suite = get_suite(req.name, req.data)
       items = suite.items(req.limit)
       samples = req.samples or suite.sampling.samples
-      responses = suite.play(items, generator.for_suite(suite.sampling, **overrides), samples)
+      responses = suite.play(items, generator.for_suite(suite.sampling, **overrides), samples,
+                             pool)
       records = suite.score(items, responses, pool)
       write_records(sink, suite, records)
       summaries[suite.name] = suite.summarize(records)

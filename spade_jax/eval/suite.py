@@ -80,7 +80,8 @@ class Suite:
       raise ValueError(f"item {item.id!r}: 'responses' must be a non-empty list of strings")
     return value
 
-  def play(self, items: Sequence[Item], generator, samples: int) -> list[list[Any]]:
+  def play(self, items: Sequence[Item], generator, samples: int, pool=None
+           ) -> list[list[Any]]:
     """Each item's `samples` responses; single-turn suites sample once from `messages`."""
     return generator.sample([it.messages for it in items], samples)
 

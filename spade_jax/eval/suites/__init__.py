@@ -21,11 +21,17 @@ def _humaneval(data):
   return HumanEval()
 
 
+def _seed_games(data):
+  from spade_jax.eval.suites.seed_games import SeedGamesHeldout
+  return SeedGamesHeldout()
+
+
 SUITES: dict[str, Callable[[str | None], Suite]] = {
     "reasoning_gym": _reasoning_gym,
     "humaneval": _humaneval,
+    "seed_games_heldout": _seed_games,
 }
-OFFLINE = ("reasoning_gym", "humaneval")
+OFFLINE = ("reasoning_gym", "humaneval", "seed_games_heldout")
 
 
 def get_suite(name: str, data: str | None = None) -> Suite:

@@ -1,0 +1,140 @@
+"""Held-out seed games: the closest in-domain check of the agent, with and without the hint.
+
+Data: the seed library's held-out split (`envs.library.HELDOUT_GAMES`, one game per skill
+category), which training leaves out of the memory and the replays when
+config.eval.hold_out_seed_games is on. Items are (game, reset seed) for `RESET_SEEDS`; ids
+"<game>/<seed>". `play` runs the agent exactly as self-play does (selfplay.episodes:
+same prompts, action format, turn rules) in the sandbox pool, `samples` episodes per arm.
+A response is one episode: {"arm": "no_hint" | "hint", "replies": [assistant texts]}.
+Scoring replays the replies against a fresh reset with the same seed (environments are
+deterministic per seed, the contract requires it), so `score` on a predictions file and
+`run` score the same way. Metric: mean no-hint return; `extra` has the hinted return and
+the gap (hint - no hint).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from spade_jax.envs.library import load_seed_library
+from spade_jax.eval import stats
+from spade_jax.eval.suite import Item, ItemRecord, Sampling, Suite
+from spade_jax.selfplay.episodes import (
+  EpisodeSettings,
+  EpisodeSpec,
+  extract_action,
+  play_episodes,
+)
+from spade_jax.selfplay.timing import Timings
+
+RESET_SEEDS = (1000, 1001, 1002, 1003)
+ACTION_FORMAT = "<action>{}</action>"
+ARMS = ("no_hint", "hint")
+MAX_TURNS = 32  # the environments' own max_turns end them earlier
+
+
+class SeedGamesHeldout(Suite):
+  name = "seed_games_heldout"
+  metric = "return"
+  sampling = Sampling(max_new_tokens=1024, temperature=1.0, top_p=1.0)
+  needs_pool = True
+
+  def items(self, limit: int | None = None) -> list[Item]:
+    games = load_seed_library(kind="games", split="heldout")
+    out = [Item(f"{g.name}/{seed}", (), {"game": g.name, "seed": seed})
+           for seed in RESET_SEEDS for g in games]
+    return out[:limit]
+
+  def check_prediction(self, item: Item, value) -> list:
+    ok = isinstance(value, list) and value and all(
+        isinstance(v, dict) and v.get("arm") in ARMS and isinstance(v.get("replies"), list)
+        and all(isinstance(r, str) for r in v["replies"]) for v in value)
+    if not ok:
+      raise ValueError(f"item {item.id!r}: 'responses' must be a non-empty list of "
+                       "{'arm': 'no_hint' | 'hint', 'replies': [str, ...]}")
+    return value
+
+  def play(self, items, generator, samples, pool=None) -> list[list[dict]]:
+    games = {g.name: g for g in load_seed_library(kind="games", split="heldout")}
+    specs = []
+    for i, item in enumerate(items):
+      game = games[item.reference["game"]]
+      for arm in ARMS:
+        for j in range(samples):
+          specs.append(EpisodeSpec((i, arm, j), game.name, arm, game.source,
+                                   game.hint if arm == "hint" else None,
+                                   item.reference["seed"],
+                                   generator.params.seed + 7919 * len(specs), MAX_TURNS))
+    settings = EpisodeSettings(ACTION_FORMAT, generator.params,
+                               generator.max_cache_len - generator.params.max_new_tokens)
+    episodes = play_episodes(generator.engine, pool, generator.formatter, specs, settings,
+                             Timings())
+    out: list[list[dict]] = [[] for _ in items]
+    for ep in episodes:
+      replies = [m["content"] for m in ep.messages if m["role"] == "assistant"]
+      out[ep.spec.key[0]].append({"arm": ep.spec.arm, "replies": replies})
+    return out
+
+  def score(self, items: Sequence[Item], responses, pool=None) -> list[ItemRecord]:
+    games = {g.name: g for g in load_seed_library(kind="games", split="heldout")}
+    episodes = [(i, k, ep) for i, eps in enumerate(responses) for k, ep in enumerate(eps)]
+    returns = replay(pool, [(games[items[i].reference["game"]].source,
+                             items[i].reference["seed"], ep["replies"]) for i, _, ep in episodes])
+    records = []
+    for i, item in enumerate(items):
+      scores = [returns[n] for n, (j, _, _) in enumerate(episodes) if j == i]
+      arms = [ep["arm"] for ep in responses[i]]
+      record = ItemRecord(item.id, item.reference, list(responses[i]),
+                          [[extract_action(r, ACTION_FORMAT) for r in ep["replies"]]
+                           for ep in responses[i]], scores, None, item.reference, arms)
+      if None not in scores:
+        record.score = _arm_mean(record, "no_hint")
+      records.append(record)
+    return records
+
+  def summarize(self, records: Sequence[ItemRecord]) -> stats.Summary:
+    summary = super().summarize(records)
+    summary = stats.Summary(summary.suite, summary.metric, summary.value, summary.n,
+                            summary.stderr, unscored=summary.unscored)
+    hinted = [_arm_mean(r, "hint") for r in records if r.score is not None]
+    hinted = [h for h in hinted if h is not None]
+    if hinted:
+      summary.extra["return_with_hint"] = stats.mean_stderr(hinted)[0]
+      summary.extra["hint_gap"] = summary.extra["return_with_hint"] - summary.value
+    return summary
+
+
+def _arm_mean(record: ItemRecord, arm: str) -> float | None:
+  values = [s for s, a in zip(record.scores, record.details, strict=True) if a == arm]
+  return sum(values) / len(values) if values and None not in values else None
+
+
+def replay(pool, episodes: Sequence[tuple[str, int, Sequence[str]]]) -> list[float | None]:
+  """Each (source, seed, replies) episode's return; None when the sandbox failed (infra).
+
+  Replies without an action are skipped (self-play answers them without stepping).
+  """
+  actions = [[a for a in (extract_action(r, ACTION_FORMAT) for r in replies) if a is not None]
+             for _, _, replies in episodes]
+  keys = [("replay", n) for n in range(len(episodes))]
+  returns: list[float | None] = [0.0] * len(episodes)
+  live = {}
+  for n, record in enumerate(pool.reset([(k, src, seed) for k, (src, seed, _)
+                                         in zip(keys, episodes, strict=True)])):
+    if record.infra_error:
+      returns[n] = None
+    elif record.error_kind is None and actions[n]:
+      live[n] = 0
+  while live:
+    batch = list(live)
+    records = pool.step([(keys[n], actions[n][live[n]]) for n in batch])
+    for n, record in zip(batch, records, strict=True):
+      live[n] += 1
+      if record.infra_error:
+        returns[n] = None
+      else:
+        returns[n] += float(record.reward)
+      if record.done or live[n] >= len(actions[n]):
+        del live[n]
+  pool.close_episodes(keys)
+  return returns
