@@ -26,12 +26,18 @@ def _seed_games(data):
   return SeedGamesHeldout()
 
 
+def _bfcl(data):
+  from spade_jax.eval.suites.bfcl import BFCLMultiTurn
+  return BFCLMultiTurn()
+
+
 SUITES: dict[str, Callable[[str | None], Suite]] = {
     "reasoning_gym": _reasoning_gym,
     "humaneval": _humaneval,
     "seed_games_heldout": _seed_games,
+    "bfcl_v4_multi_turn": _bfcl,
 }
-OFFLINE = ("reasoning_gym", "humaneval", "seed_games_heldout")
+OFFLINE = ("reasoning_gym", "humaneval", "seed_games_heldout", "bfcl_v4_multi_turn")
 
 
 def get_suite(name: str, data: str | None = None) -> Suite:
