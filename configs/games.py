@@ -51,4 +51,8 @@ def get_config() -> ConfigDict:
   c.train.num_steps = 400  # paper: 400 rollouts
   c.train.checkpoint_every = 16  # about every 30-60 minutes
   c.train.keep_checkpoints = 3  # newest three kept
+  c.eval.suites = ("reasoning_gym", "humaneval", "seed_games_heldout")  # offline suites
+  c.eval.every = 16  # with each checkpoint
+  c.eval.limit = 64  # first items of each suite
+  c.eval.hold_out_seed_games = True  # seed_games_heldout stays out of memory and replays
   return c

@@ -21,6 +21,7 @@ from typing import Any
 
 from ml_collections import ConfigDict, config_dict
 
+from spade_jax.eval.settings import EvalSettings
 from spade_jax.model.config import PRESETS, ModelConfig
 from spade_jax.model.sharding import MESH_AXES
 from spade_jax.rl.config import RLConfig
@@ -111,6 +112,14 @@ def base_config() -> ConfigDict:
   # Persistent XLA compilation cache shared by runs and resumes ("" = off): a resumed run
   # skips recompiling the engine's and the trainer's shapes.
   c.train.compilation_cache_dir = "~/.cache/spade_jax/xla"
+  ev = EvalSettings  # held-out evaluation during training (spade_jax/eval/settings.py)
+  c.eval = ConfigDict()
+  c.eval.suites = ev.suites  # suite names (python -m spade_jax.eval); () = no evaluation
+  c.eval.every = ev.every  # steps between evaluations; 0 = never
+  c.eval.limit = ev.limit  # first items of each suite
+  c.eval.samples = ev.samples  # responses per item
+  c.eval.max_new_tokens = ev.max_new_tokens  # reply cap of the evaluation's sampling
+  c.eval.hold_out_seed_games = ev.hold_out_seed_games  # keep HELDOUT_GAMES out of training
   return c
 
 
@@ -219,6 +228,7 @@ def validate(config: ConfigDict) -> None:
   try:
     SelfPlaySettings.from_config(config)  # seed, setting, selfplay, sampling
     RLConfig.from_config(config.rl)
+    EvalSettings.from_config(config)
   except ValueError as err:
     raise ConfigError(str(err)) from None
   _check_model(config)

@@ -20,9 +20,13 @@ from typing import Any
 import jax
 from flax import nnx
 
+from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
 from spade_jax.envs.probe import VOWELS_HINT, VOWELS_SOURCE
+from spade_jax.eval.evaluate import SuiteRequest, evaluate
+from spade_jax.eval.generate import Generator
+from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.logger import StepLogger
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.load import load_model
@@ -53,13 +57,14 @@ def build_model(config: Any, mesh):
   return nnx.merge(graphdef, nnx.state(model))
 
 
-def seed_entries(settings: SelfPlaySettings) -> list[MemoryEntry]:
-  """The library memory starts from: the setting's seeds, or the probe in every skill."""
+def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryEntry]:
+  """The library memory starts from: the setting's seeds (of `split`), or the probe."""
   if settings.library == "probe":
     return [MemoryEntry(f"probe/vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
             for skill in settings.skills]
   return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
-          for s in load_seed_library(kind=settings.setting, categories=settings.skills)]
+          for s in load_seed_library(kind=settings.setting, categories=settings.skills,
+                                     split=split)]
 
 
 def build_engine(config: Any, policy, mesh):
@@ -81,6 +86,23 @@ def build_pool(config: Any):
                      require_oracle=bool(sb.require_oracle))
 
 
+def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, workdir: str,
+                   step: int) -> dict[str, float]:
+  """The held-out suites on the engine's current weights: eval/<suite>/<metric> scalars."""
+  generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1, seed=step),
+                        int(config.engine.max_cache_len), progress=False)
+  requests = [SuiteRequest(name, limit=evals.limit, samples=evals.samples)
+              for name in evals.suites]
+  summaries = evaluate(requests, generator, pool,
+                       os.path.join(workdir, "eval", f"step_{step}.jsonl"),
+                       max_new_tokens=evals.max_new_tokens)
+  scalars = {}
+  for s in summaries.values():
+    scalars[f"eval/{s.suite}/{s.metric}"] = s.value
+    scalars.update({f"eval/{s.suite}/{k}": float(v) for k, v in s.extra.items()})
+  return scalars
+
+
 def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
   """Trains until config.train.num_steps; returns the last step's record (None if none ran).
 
@@ -90,6 +112,7 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   workdir = os.fspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   settings = SelfPlaySettings.from_config(config)
+  evals = EvalSettings.from_config(config)
   mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
   tokenizer = load_tokenizer(config.tokenizer)
   trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir,
@@ -103,7 +126,8 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   try:
     loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
                         trainer=trainer, corpus=corpus,
-                        library=seed_entries(settings))
+                        library=seed_entries(settings, "train" if evals.hold_out_seed_games
+                                             else "all"))
     if host_state:
       loop.load_state_dict(host_state)
     num_steps, log_every = int(config.train.num_steps), int(config.train.log_every)
@@ -121,6 +145,9 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
         continue
       if record.step % log_every == 0 or record.step == num_steps:
         logger.write(record)
+      if evals.due(record.step):
+        logger.write_scalars(run_evaluation(evals, engine, pool, tokenizer, config, workdir,
+                                            record.step), record.step)
       # Checkpoints are named by the trainer's update count (== step unless a step had no
       # update); the loop's own step is in the host state.
       trainer.maybe_save(loop.state_dict(), force=record.step == num_steps)

@@ -127,6 +127,17 @@ class StepLogger:
       f.write(line + "\n")
     return metrics
 
+  def write_scalars(self, scalars: dict[str, float], step: int) -> None:
+    """Extra scalars for `step` (e.g. eval/<suite>/<metric>), also printed and logged."""
+    line = f"step {step}: " + " ".join(f"{k}={v:.4f}" for k, v in sorted(scalars.items()))
+    print(line, file=self._stream, flush=True)
+    if not self.is_chief:
+      return
+    self._writer.scalars(scalars, step)
+    self._writer.flush()
+    with open(self._log_path, "a", encoding="utf-8") as f:
+      f.write(line + "\n")
+
   def close(self) -> None:
     if self._writer is not None:
       self._writer.close()

@@ -1,0 +1,44 @@
+"""config.eval: the settings check themselves; the composition root's evaluation writes
+eval/<suite>/<metric> scalars and the records under the workdir."""
+
+import glob
+
+import pytest
+from ml_collections import ConfigDict
+
+from spade_jax.config_schema import base_config
+from spade_jax.engine.fake import FakeEngine
+from spade_jax.eval.settings import EvalSettings
+from spade_jax.metrics.logger import StepLogger
+from spade_jax.run import run_evaluation
+from spade_jax.sandbox.fake import FakePool
+from spade_jax.tokenizer import load_tiny
+
+
+def test_settings_defaults_off_and_checked():
+  settings = EvalSettings.from_config(base_config())
+  assert settings == EvalSettings() and not settings.due(16)
+  assert EvalSettings(suites=("humaneval",), every=4).due(8)
+  with pytest.raises(ValueError, match="unknown suites"):
+    EvalSettings(suites=("nope",))
+  with pytest.raises(ValueError, match="config.eval.limit"):
+    EvalSettings(limit=0)
+
+
+def test_run_evaluation_writes_scalars_and_records(tmp_path):
+  tokenizer = load_tiny()
+  action = tokenizer.encode("<action>1</action>") + [tokenizer.eos_id]
+  engine = FakeEngine(lambda cid, history, params: action, max_cache_len=4096)
+  config = ConfigDict({"engine": {"max_cache_len": 4096}})
+  evals = EvalSettings(suites=("seed_games_heldout",), every=1, limit=2, max_new_tokens=16)
+  pool = FakePool(max_turns=4)  # trusted seed sources only
+  scalars = run_evaluation(evals, engine, pool, tokenizer, config, str(tmp_path), step=3)
+  assert set(scalars) == {"eval/seed_games_heldout/return",
+                          "eval/seed_games_heldout/return_with_hint",
+                          "eval/seed_games_heldout/hint_gap"}
+  assert (tmp_path / "eval" / "step_3.jsonl").read_text().count("\n") == 2
+  logger = StepLogger(str(tmp_path), 10)
+  logger.write_scalars(scalars, 3)
+  logger.close()
+  assert glob.glob(str(tmp_path / "tb" / "events.*"))
+  assert "eval/seed_games_heldout/return=" in (tmp_path / "log.txt").read_text()
