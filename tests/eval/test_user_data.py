@@ -74,8 +74,9 @@ def test_livecodebench_stdin_and_functional_in_the_pool(tmp_path):
   rows = [{"question_id": "s1", "question_content": "double it", "starter_code": "",
            "public_test_cases": json.dumps(stdin_tests[:1]),
            "private_test_cases": _compressed(stdin_tests[1:]), "metadata": "{}"},
-          {"question_id": "f1", "question_content": "append", "starter_code":
-           "class Solution:\n    def add(self, xs, x):", "public_test_cases": json.dumps(func_tests),
+          {"question_id": "f1", "question_content": "append",
+           "starter_code": "class Solution:\n    def add(self, xs, x):",
+           "public_test_cases": json.dumps(func_tests),
            "private_test_cases": "[]", "metadata": json.dumps({"func_name": "add"})}]
   suite = get_suite("livecodebench", _jsonl(tmp_path / "lcb.jsonl", rows))
   items = suite.items()
