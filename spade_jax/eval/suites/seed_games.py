@@ -19,12 +19,8 @@ from collections.abc import Sequence
 from spade_jax.envs.library import load_seed_library
 from spade_jax.eval import stats
 from spade_jax.eval.suite import Item, ItemRecord, Sampling, Suite
-from spade_jax.selfplay.episodes import (
-  EpisodeSettings,
-  EpisodeSpec,
-  extract_action,
-  play_episodes,
-)
+from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
+from spade_jax.selfplay.replies import parse_game_reply
 from spade_jax.selfplay.timing import Timings
 
 RESET_SEEDS = (1000, 1001, 1002, 1003)
@@ -85,7 +81,7 @@ class SeedGamesHeldout(Suite):
       scores = [returns[n] for n, (j, _, _) in enumerate(episodes) if j == i]
       arms = [ep["arm"] for ep in responses[i]]
       record = ItemRecord(item.id, item.reference, list(responses[i]),
-                          [[extract_action(r, ACTION_FORMAT) for r in ep["replies"]]
+                          [[game_action(r) for r in ep["replies"]]
                            for ep in responses[i]], scores, None, item.reference, arms)
       if None not in scores:
         record.score = _arm_mean(record, "no_hint")
@@ -109,12 +105,18 @@ def _arm_mean(record: ItemRecord, arm: str) -> float | None:
   return sum(values) / len(values) if values and None not in values else None
 
 
+def game_action(reply: str) -> str | None:
+  """The action self-play sends for this reply (None: it answers with MISSING_ACTION)."""
+  part = parse_game_reply(reply, ACTION_FORMAT).parts[0]
+  return part.action if part.kind == "text" else None
+
+
 def replay(pool, episodes: Sequence[tuple[str, int, Sequence[str]]]) -> list[float | None]:
   """Each (source, seed, replies) episode's return; None when the sandbox failed (infra).
 
   Replies without an action are skipped (self-play answers them without stepping).
   """
-  actions = [[a for a in (extract_action(r, ACTION_FORMAT) for r in replies) if a is not None]
+  actions = [[a for a in (game_action(r) for r in replies) if a is not None]
              for _, _, replies in episodes]
   keys = [("replay", n) for n in range(len(episodes))]
   returns: list[float | None] = [0.0] * len(episodes)
