@@ -82,8 +82,8 @@ def test_calls_that_are_not_plain_never_run(tmp_path):
   assert bfcl.check_case(case, hostile)["valid"] is True  # the refused calls only fail
   assert not marker.exists()
   names = bfcl_data.method_names("GorillaFileSystem")
-  assert bfcl.is_plain_call("cd(folder='a')", names)
-  assert bfcl.is_plain_call("sort('final_report.pdf')", names)
-  assert not bfcl.is_plain_call("cd(folder=pwd())", names)
-  assert not bfcl.is_plain_call("print('x')", names)
-  assert not bfcl.is_plain_call("cd(**{'folder': 'a'})", names)
+  assert bfcl_data.is_plain_call("cd(folder='a')", names)
+  assert bfcl_data.is_plain_call("sort('final_report.pdf')", names)
+  assert not bfcl_data.is_plain_call("cd(folder=pwd())", names)
+  assert not bfcl_data.is_plain_call("print('x')", names)
+  assert not bfcl_data.is_plain_call("cd(**{'folder': 'a'})", names)

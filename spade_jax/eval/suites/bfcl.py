@@ -19,7 +19,6 @@ plain calls, which is what models and BFCL's own decoders produce, the scores ar
 
 from __future__ import annotations
 
-import ast
 import itertools
 from collections.abc import Sequence
 
@@ -28,32 +27,14 @@ from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
 
 from spade_jax.eval.suite import Item, ItemRecord, Sampling, Suite
 from spade_jax.eval.suites import bfcl_data
+from spade_jax.eval.suites.bfcl_play import Player
 
-REFUSED = "__refused_call__()"
 _RUN_IDS = itertools.count()
-
-
-def is_plain_call(call: str, names: frozenset[str]) -> bool:
-  """`name(literal, key=literal, ...)` with `name` a backend method."""
-  try:
-    node = ast.parse(call.strip(), mode="eval").body
-  except (SyntaxError, ValueError):
-    return False
-  if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-          and node.func.id in names):
-    return False
-  try:
-    for value in [*node.args, *(k.value for k in node.keywords)]:
-      ast.literal_eval(value)
-  except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-    return False
-  return all(k.arg is not None for k in node.keywords)
 
 
 def safe_result(result: list, names: frozenset[str]) -> list:
   """The result with every call that is not plain replaced by REFUSED."""
-  return [[[c if isinstance(c, str) and is_plain_call(c, names) else REFUSED for c in step]
-           for step in turn] for turn in result]
+  return [[[bfcl_data.safe_call(c, names) for c in step] for step in turn] for turn in result]
 
 
 def check_case(case: dict, result, model_name: str | None = None) -> dict:
@@ -64,7 +45,7 @@ def check_case(case: dict, result, model_name: str | None = None) -> dict:
     return {"valid": False, "error_type": "multi_turn:inference_error"}
   if len(result) != len(case["ground_truth"]):
     return {"valid": False, "error_type": "multi_turn:force_terminated"}
-  names = frozenset().union(*(bfcl_data.method_names(c) for c in case["involved_classes"]))
+  names = bfcl_data.case_methods(case)
   decoded = [[step for step in turn if not multi_turn_utils.is_empty_execute_response(step)]
              for turn in safe_result(result, names)]
   # BFCL keeps backend instances in its module globals keyed by model name and case id;
@@ -96,6 +77,9 @@ class BFCLMultiTurn(Suite):
 
   def check_prediction(self, item: Item, value) -> list:
     return [value]  # any shape: BFCL's own checks judge it
+
+  def play(self, items, generator, samples, pool=None) -> list[list]:
+    return Player(generator).play([_case(it.id) for it in items], samples)
 
   def score(self, items: Sequence[Item], responses, pool=None) -> list[ItemRecord]:
     records = []
