@@ -41,7 +41,7 @@ def get_config() -> ConfigDict:
   c.selfplay.categories_per_step = 2  # categories drawn per refresh
   c.selfplay.max_turns = 12  # tool conversations run longer than games
   c.sampling.agent = {"max_new_tokens": 512, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
-  c.eval.suites = ("reasoning_gym", "humaneval")  # offline suites the agent can play now
+  c.eval.suites = ("bfcl_v4_multi_turn", "reasoning_gym")  # tool use first, then reasoning
   c.eval.every = 16  # steps between evaluations
   c.eval.limit = 64  # first items of each suite
   return c

@@ -46,6 +46,16 @@ def _livecodebench(data):
   return LiveCodeBench(data)
 
 
+def _tau2(data):
+  from spade_jax.eval.suites.agent_benchmarks import Tau2
+  return Tau2(data)
+
+
+def _acebench(data):
+  from spade_jax.eval.suites.agent_benchmarks import AceBenchAgent
+  return AceBenchAgent(data)
+
+
 SUITES: dict[str, Callable[[str | None], Suite]] = {
     "reasoning_gym": _reasoning_gym,
     "humaneval": _humaneval,
@@ -54,6 +64,8 @@ SUITES: dict[str, Callable[[str | None], Suite]] = {
     "aime": _aime,
     "gpqa": _gpqa,
     "livecodebench": _livecodebench,
+    "tau2": _tau2,
+    "acebench": _acebench,
 }
 OFFLINE = ("reasoning_gym", "humaneval", "seed_games_heldout", "bfcl_v4_multi_turn")
 
