@@ -50,14 +50,13 @@ class Generator:
   def fits(self, prompt_ids: Sequence[int]) -> bool:
     return len(prompt_ids) + 1 < self.max_cache_len
 
-  def sample(self, prompts: Sequence[Sequence[dict]], samples: int,
-             tools: Sequence | None = None) -> list[list[str]]:
+  def sample(self, prompts: Sequence[Sequence[dict]], samples: int) -> list[list[str]]:
     """`samples` replies to each chat prompt, in order."""
     self._calls += 1
     out = [[""] * samples for _ in prompts]
     todo = []
     for i, messages in enumerate(prompts):
-      ids = self.formatter.prompt_ids(messages, tools=None if tools is None else tools[i])
+      ids = self.formatter.prompt_ids(messages)
       if self.fits(ids):
         todo.extend(((self._calls, i, j), ids) for j in range(samples))
     for n, (cid, ids) in enumerate(todo):
