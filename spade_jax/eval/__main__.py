@@ -18,7 +18,9 @@ import time
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.eval import compare, evaluate
+from spade_jax.eval.generate import Generator
 from spade_jax.eval.suites import get_suite
+from spade_jax.sandbox.pool import SandboxPool
 
 
 def _data(pairs: list[str]) -> dict[str, str]:
@@ -31,8 +33,7 @@ def _data(pairs: list[str]) -> dict[str, str]:
   return out
 
 
-def _pool(isolation: str, timeout_s: float):
-  from spade_jax.sandbox.pool import SandboxPool
+def _pool(isolation: str, timeout_s: float) -> SandboxPool:
   return SandboxPool(num_workers=2, reset_timeout_s=timeout_s, isolation=isolation)
 
 
@@ -51,11 +52,14 @@ def _write_summary(out: str, summaries, meta: dict) -> None:
 
 
 def _run(args) -> None:
-  from spade_jax.eval.generate import Generator
+  # jax and the model load only for `run` (score and compare start in a second).
   from spade_jax.eval.load import engine_for, tokenizer_for
   data = _data(args.data)
   names = [n for n in args.suite.split(",") if n]
   suites = [get_suite(n, data.get(n)) for n in names]  # fail on a bad name before loading
+  for s in suites:
+    if s.not_playable:
+      raise SystemExit(s.not_playable)
   tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
   engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, num_slots=args.num_slots,
                                  max_cache_len=args.max_cache_len,

@@ -59,6 +59,7 @@ class Suite:
   sampling: Sampling = Sampling()
   needs_pool: bool = False  # scoring runs code in the sandbox pool
   prediction_key: str = "responses"  # the field of a predictions line the scorer reads
+  not_playable: str = ""  # why `run` cannot play the suite here ("" = it can)
 
   def items(self, limit: int | None = None) -> list[Item]:
     """The first `limit` items (all when None), always in the same order."""

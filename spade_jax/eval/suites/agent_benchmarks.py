@@ -89,9 +89,11 @@ class Tau2(Suite):
       out.append(Item(str(task["id"]), (), {"actions": actions}))
     return out[:limit]
 
+  not_playable = NOT_PLAYABLE.format(
+      suite="tau2", what="tau2's user simulator (an LLM) and its domain environments")
+
   def play(self, items, generator, samples, pool=None):
-    raise NotImplementedError(NOT_PLAYABLE.format(
-        suite=self.name, what="tau2's user simulator (an LLM) and its domain environments"))
+    raise NotImplementedError(self.not_playable)
 
   def check_prediction(self, item: Item, value) -> list:
     if not isinstance(value, list) or not value or not all(isinstance(t, list) for t in value):
@@ -163,10 +165,12 @@ class AceBenchAgent(Suite):
       out.append(Item(str(row["id"]), (), {"ground_truth": truth[row["id"]]}))
     return out[:limit]
 
+  not_playable = NOT_PLAYABLE.format(
+      suite="acebench", what="ACEBench's scenario classes (multi_step) or an LLM user "
+      "simulator (multi_turn)")
+
   def play(self, items, generator, samples, pool=None):
-    raise NotImplementedError(NOT_PLAYABLE.format(
-        suite=self.name, what="ACEBench's scenario classes (multi_step) or an LLM user "
-        "simulator (multi_turn)"))
+    raise NotImplementedError(self.not_playable)
 
   def check_prediction(self, item: Item, value) -> list:
     if not isinstance(value, list) or not value:
