@@ -8,10 +8,12 @@ from ml_collections import ConfigDict
 
 from spade_jax.config_schema import base_config
 from spade_jax.engine.fake import FakeEngine
+from spade_jax.envs.library import HELDOUT_GAMES
 from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.logger import StepLogger
-from spade_jax.run import run_evaluation
+from spade_jax.run import run_evaluation, seed_entries
 from spade_jax.sandbox.fake import FakePool
+from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.tokenizer import load_tiny
 
 
@@ -42,3 +44,12 @@ def test_run_evaluation_writes_scalars_and_records(tmp_path):
   logger.close()
   assert glob.glob(str(tmp_path / "tb" / "events.*"))
   assert "eval/seed_games_heldout/return=" in (tmp_path / "log.txt").read_text()
+
+
+def test_hold_out_keeps_the_heldout_games_out_of_the_training_library():
+  settings = SelfPlaySettings.from_config(base_config())
+  everything = {e.uid for e in seed_entries(settings)}
+  training = {e.uid for e in seed_entries(settings, "train")}
+  assert {f"seed/{n}" for n in HELDOUT_GAMES} <= everything
+  assert not {f"seed/{n}" for n in HELDOUT_GAMES} & training
+  assert len(everything) - len(training) == len(HELDOUT_GAMES)
