@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import sys
 
 from bfcl_eval.constants.default_prompts import (
   DEFAULT_USER_PROMPT_FOR_ADDITIONAL_FUNCTION_FC,
@@ -27,6 +28,7 @@ from bfcl_eval.constants.default_prompts import (
 )
 from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
 from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+from tqdm import tqdm
 
 from spade_jax.engine.api import Request
 from spade_jax.eval.suites import bfcl_data
@@ -161,9 +163,13 @@ class Player:
     for game in (g for row in games for g in row):
       self.live[game.cid] = game
       self._open_turn(game, fresh=True)
-    while self.live:
-      if not self.g.engine.pending():
-        raise RuntimeError(f"{len(self.live)} BFCL cases wait for a turn the engine lacks")
-      for comp in self.g.engine.poll():
-        self._on_reply(self.live[comp.conversation_id], comp)
+    total = len(self.live)
+    with tqdm(total=total, disable=not self.g.progress, file=sys.stderr, desc="bfcl cases",
+              leave=False) as bar:
+      while self.live:
+        if not self.g.engine.pending():
+          raise RuntimeError(f"{len(self.live)} BFCL cases wait for a turn the engine lacks")
+        for comp in self.g.engine.poll():
+          self._on_reply(self.live[comp.conversation_id], comp)
+        bar.update(total - len(self.live) - bar.n)
     return [[g.result for g in row] for row in games]
