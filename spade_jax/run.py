@@ -93,9 +93,9 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
                         int(config.engine.max_cache_len), progress=False)
   requests = [SuiteRequest(name, limit=evals.limit, samples=evals.samples)
               for name in evals.suites]
-  summaries = evaluate(requests, generator, pool,
-                       os.path.join(workdir, "eval", f"step_{step}.jsonl"),
-                       max_new_tokens=evals.max_new_tokens)
+  # Every host generates (rollouts are SPMD); only the chief writes the records.
+  out = os.path.join(workdir, "eval", f"step_{step}.jsonl") if jax.process_index() == 0 else None
+  summaries = evaluate(requests, generator, pool, out, max_new_tokens=evals.max_new_tokens)
   scalars = {}
   for s in summaries.values():
     scalars[f"eval/{s.suite}/{s.metric}"] = s.value
