@@ -20,6 +20,7 @@ Plain Python like the rest of the sandbox package.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Sequence
 
 from spade_jax.sandbox import contract
@@ -75,8 +76,22 @@ def program_source(run: ProgramRun) -> str:
   return _TEMPLATE.format(program=run.program, stdin=run.stdin, expected=run.expected_stdout)
 
 
-def run_programs(pool: EnvPool, runs: Sequence[ProgramRun]) -> list[ProgramResult]:
-  """Runs every program once, all in one batched reset; results in order."""
+def run_programs(pool: EnvPool, runs: Sequence[ProgramRun],
+                 batch_size: int | None = None) -> list[ProgramResult]:
+  """Runs every program once, `batch_size` at a time (one batched reset each); in order.
+
+  The deadline is wall clock, so programs running together share the CPUs: the default
+  batch, twice the CPU count, keeps a CPU-bound program from timing out because of the
+  others (and bounds the live processes).
+  """
+  batch_size = batch_size or 2 * (os.cpu_count() or 1)
+  results: list[ProgramResult] = []
+  for start in range(0, len(runs), batch_size):
+    results.extend(_run_batch(pool, runs[start:start + batch_size]))
+  return results
+
+
+def _run_batch(pool: EnvPool, runs: Sequence[ProgramRun]) -> list[ProgramResult]:
   sources = [program_source(r) for r in runs]
   results: list[ProgramResult | None] = [None] * len(runs)
   batch = []
