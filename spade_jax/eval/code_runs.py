@@ -4,8 +4,9 @@ Shared by HumanEval and LiveCodeBench. A response's answer is its last fenced co
 `allow_completion` also accepts a reply without a block as raw code (a completion of the
 prompt, the format of base-model harnesses and of the packages' canonical solutions). A
 response without code is not run and scores 0. A response scores 1 only when every one of
-its programs passes. An item where any program hit a sandbox failure ("infra") is left
-unscored (score None), never scored 0.
+its programs passes. An item where any program hit a sandbox failure ("infra") or the
+sandbox's source cap ("too_big": a test input too large to ship) is left unscored (score
+None, counted in the summary's `unscored`), never scored 0.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from spade_jax.eval.suite import Item, ItemRecord, mean_record
 from spade_jax.sandbox.programs import ProgramRun, run_programs
 
 PASS_AT = (1, 5, 10)
+# Outcomes that are the harness's limits, not the answer's: the item is left unscored.
+UNSCORED = ("infra", "too_big")
 
 
 def code_answer(reply: str, allow_completion: bool) -> str | None:
@@ -47,7 +50,7 @@ def score_code(items: Sequence[Item], responses: Sequence[Sequence[str]], pool,
     scores = [float(bool(out) and all(o.passed for o in out)) for out in outcomes]
     record = mean_record(item, replies, item_answers, scores)
     record.details = [[o.status for o in out] for out in outcomes]
-    if any(o.status == "infra" for out in outcomes for o in out):
+    if any(o.status in UNSCORED for out in outcomes for o in out):
       record.score = None
     records.append(record)
   return records

@@ -92,3 +92,14 @@ def test_livecodebench_stdin_and_functional_in_the_pool(tmp_path):
   rows[0]["private_test_cases"] = evil
   with pytest.raises(ValueError, match="refused global"):
     get_suite("livecodebench", _jsonl(tmp_path / "evil.jsonl", rows)).items()
+
+
+def test_livecodebench_input_over_the_sandbox_cap_is_unscored_not_failed(tmp_path):
+  big = [{"input": "1\n" * 30000, "output": "ok", "testtype": "stdin"}]
+  rows = [{"question_id": "big", "question_content": "x", "starter_code": "",
+           "public_test_cases": json.dumps(big), "private_test_cases": "[]"}]
+  suite = get_suite("livecodebench", _jsonl(tmp_path / "lcb.jsonl", rows))
+  with SandboxPool(num_workers=1) as pool:
+    records = suite.score(suite.items(), [["```python\nprint('ok')\n```"]], pool)
+  assert records[0].score is None and records[0].details == [["too_big"]]
+  assert suite.summarize(records).unscored == 1
