@@ -5,7 +5,8 @@ category), which training leaves out of the memory and the replays when
 config.eval.hold_out_seed_games is on. Items are (game, reset seed) for `RESET_SEEDS`; ids
 "<game>/<seed>". `play` runs the agent exactly as self-play does (selfplay.episodes:
 same prompts, action format, turn rules) in the sandbox pool, `samples` episodes per arm.
-A response is one episode: {"arm": "no_hint" | "hint", "replies": [assistant texts]}.
+A response is one episode: {"arm": "no_hint" | "hint", "replies": [assistant texts]}
+(plus "dropped": true when the sandbox failed while playing it: its item is unscored).
 Scoring replays the replies against a fresh reset with the same seed (environments are
 deterministic per seed, the contract requires it), so `score` on a predictions file and
 `run` score the same way. Metric: mean no-hint return; `extra` has the hinted return and
@@ -68,7 +69,10 @@ class SeedGamesHeldout(Suite):
     out: list[list[dict]] = [[] for _ in items]
     for ep in episodes:
       replies = [m["content"] for m in ep.messages if m["role"] == "assistant"]
-      out[ep.spec.key[0]].append({"arm": ep.spec.arm, "replies": replies})
+      entry = {"arm": ep.spec.arm, "replies": replies}
+      if ep.dropped:  # a sandbox failure while playing: never scored
+        entry["dropped"] = True
+      out[ep.spec.key[0]].append(entry)
     return out
 
   def score(self, items: Sequence[Item], responses, pool=None) -> list[ItemRecord]:
@@ -76,6 +80,8 @@ class SeedGamesHeldout(Suite):
     episodes = [(i, k, ep) for i, eps in enumerate(responses) for k, ep in enumerate(eps)]
     returns = replay(pool, [(games[items[i].reference["game"]].source,
                              items[i].reference["seed"], ep["replies"]) for i, _, ep in episodes])
+    returns = [None if ep.get("dropped") else r for r, (_, _, ep) in
+               zip(returns, episodes, strict=True)]
     records = []
     for i, item in enumerate(items):
       scores = [returns[n] for n, (j, _, _) in enumerate(episodes) if j == i]
@@ -90,8 +96,6 @@ class SeedGamesHeldout(Suite):
 
   def summarize(self, records: Sequence[ItemRecord]) -> stats.Summary:
     summary = super().summarize(records)
-    summary = stats.Summary(summary.suite, summary.metric, summary.value, summary.n,
-                            summary.stderr, unscored=summary.unscored)
     hinted = [_arm_mean(r, "hint") for r in records if r.score is not None]
     hinted = [h for h in hinted if h is not None]
     if hinted:
