@@ -48,8 +48,8 @@ class SelfPlayLoop:
   """Runs self-play steps with injected engine, sandbox pool, tokenizer and trainer.
 
   `trainer` needs `train_step(TrainBatch) -> dict[str, float]` and `params` (what the engine
-  loads after each update). `corpus` needs `take(n)` of passages with `.doc_id` / `.text`
-  and `get_state()` / `set_state()`. `library` holds the seed environments as memory
+  loads after each update). `corpus` needs `take(n)` of passages with `.doc_id`, `.text` and
+  `.origin`, and `get_state()` / `set_state()`. `library` holds the seed environments as memory
   entries (origin "seed"): the initial memory and the fixed-environment set.
   """
 
@@ -146,7 +146,7 @@ class SelfPlayLoop:
                                                             categories=[category]))
       requests.append(designer.DesignRequest(
           i, category, passage.doc_id if passage else None, passage.text if passage else None,
-          memory))
+          memory, passage.origin if passage else None))
     params = dataclasses.replace(self.designer_params, seed=derive_seed(s.seed, "designer", t))
     samples = designer.generate_designs(
         self.engine, self.pool, self.formatter, requests, params, setting=s.setting, step=t,
