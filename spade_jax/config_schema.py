@@ -97,11 +97,13 @@ def base_config() -> ConfigDict:
   # Every trainer setting, with RLConfig's defaults and comments (spade_jax/rl/config.py).
   c.rl = ConfigDict(rl_defaults())
   c.corpus = ConfigDict()
-  c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in docstring corpus
+  c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in science corpus
   c.corpus.format = "auto"  # "auto" (by suffix), "text", "jsonl" or "parquet"
   c.corpus.text_field = "text"  # JSONL key / Parquet column holding the document
   c.corpus.max_chars = 2000  # passages are cut to this many characters
   c.corpus.seed = 0  # shuffle seed (reshuffled every epoch)
+  c.metrics = ConfigDict()
+  c.metrics.embedding_model = ""  # local sentence-transformers dir: 2nd Vendi/n ("" = off)
   c.train = ConfigDict()
   c.train.num_steps = 400  # training steps (rollouts); the paper runs 400
   c.train.checkpoint_every = 16  # steps between checkpoints (the last step always saves)
