@@ -68,7 +68,7 @@ def base_config() -> ConfigDict:
   c.selfplay.use_corpus = sp.use_corpus  # ground each designer prompt in a corpus passage
   c.selfplay.use_memory = sp.use_memory  # show the designer a sample of the environment memory
   c.selfplay.train_designer = sp.train_designer  # False = frozen designer (no designer gradient)
-  c.selfplay.fixed_envs = sp.fixed_envs  # fixed-environment GRPO on the seed library
+  c.selfplay.fixed_envs = sp.fixed_envs  # "grpo" / "rlve": fixed-env baselines on the seeds
   c.selfplay.fill_from_memory = sp.fill_from_memory  # top up a short valid set with replays
   c.selfplay.train_agent_on_hint_arm = sp.train_agent_on_hint_arm  # hint arm only measures
   c.selfplay.library = sp.library  # "seeds" or "probe" (dense-reward probe; smoke runs)

@@ -37,6 +37,7 @@ class EnvReport:
   regret: float | None  # win_rate["hint"] - win_rate["no_hint"] this step
   dropped_episodes: int  # episodes dropped for infra errors this step
   transcript: dict[str, str]  # arm -> one rendered rollout ("" if none survived)
+  difficulty: int | None = None  # the level played (Fixed-env RLVE), None without levels
 
 
 @dataclasses.dataclass

@@ -157,9 +157,12 @@ def test_no_valid_env_and_no_fill_plays_nothing():
 
 
 def test_fixed_envs_play_the_seed_library_without_designer():
-  loop, policy = make_loop(fixed_envs=True)
+  loop, policy = make_loop(fixed_envs="grpo")
   records = run(loop, 3)
   assert not policy.designer_calls
+  # No hint arm: regret is not needed without a designer.
+  assert all(not e.returns["hint"] and len(e.returns["no_hint"]) == 2
+             for r in records for e in r.envs)
   assert [sorted(e.uid for e in r.envs) for r in records] == [["seed/S1", "seed/S2"]] * 3
   assert all(e.origin == "fixed" for r in records for e in r.envs)
   assert [r.replayed_envs for r in records] == [2, 2, 2]
