@@ -24,7 +24,8 @@ from spade_jax import config_schema
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (
     "curriculum/valid_rate", "curriculum/designed_envs", "curriculum/replayed_envs",
-    "curriculum/learnable_share", "curriculum/learnable_share_step", "curriculum/regret_mean", "curriculum/diversity_vendi",
+    "curriculum/learnable_share", "curriculum/learnable_share_step", "curriculum/regret_mean",
+    "curriculum/diversity_vendi",
     "curriculum/reward_levels", "curriculum/formula_reveal_rate", "agent/return_no_hint",
     "agent/return_hint", "train/loss", "train/kl", "train/logprob_gap", "time/generate_s",
     "time/sandbox_s", "time/train_s")
