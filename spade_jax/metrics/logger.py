@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from spade_jax.metrics import curriculum
+from spade_jax.metrics.curriculum_log import CurriculumLog
 from spade_jax.metrics.tensorboard import SummaryWriter
 from spade_jax.selfplay.record import EnvReport, StepRecord
 
@@ -88,6 +89,7 @@ class StepLogger:
     self._last_step: int | None = None
     self._intervals: list[tuple[float, int]] = []  # (seconds, steps) between writes
     self._writer = SummaryWriter(os.path.join(workdir, "tb")) if is_chief else None
+    self._curriculum_log = CurriculumLog(workdir) if is_chief else None
     self._log_path = os.path.join(workdir, "log.txt")
 
   def eta(self, step: int) -> float:
@@ -100,11 +102,14 @@ class StepLogger:
     return (self.num_steps - step) * per_step
 
   def observe(self, record: StepRecord) -> float | None:
-    """Adds a step to the learnable-share window; writes the share when the window closes
-    (or the run ends) and returns it, else None. Idempotent per step."""
+    """Appends the step to curriculum.jsonl and to the learnable-share window; writes the
+    share when the window closes (or the run ends) and returns it, else None. Idempotent
+    per step."""
     if record.step == self._observed:
       return None
     self._observed = record.step
+    if self._curriculum_log is not None:
+      self._curriculum_log.append(record)
     share = self._window.add(record)
     if share is None and record.step == self.num_steps:
       share = self._window.value()

@@ -139,7 +139,8 @@ class SelfPlayLoop:
         agent_samples=n_agent, designer_samples=len(samples) - n_agent,
         designer_rewards=[x.reward for x in scored if x.reward is not None] if s.train_designer
         else [], dropped_episodes=sum(e.dropped for e in episodes),
-        train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory))
+        train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory),
+        memory_uids=[e.uid for e in self.memory.entries])
 
   # ------------------------------------------------------------------------- refresh
   def _categories(self, t: int) -> list[str]:

@@ -63,6 +63,7 @@ class StepRecord:
   train_metrics: dict[str, float]
   timings: dict[str, float]  # generate_s, sandbox_s, train_s, step_s
   memory_size: int
+  memory_uids: list[str] = dataclasses.field(default_factory=list)  # after the step
 
   @property
   def valid_rate(self) -> float | None:
