@@ -21,6 +21,7 @@ from typing import Any
 
 from ml_collections import ConfigDict, config_dict
 
+from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model.config import PRESETS, ModelConfig
 from spade_jax.model.sharding import MESH_AXES
 from spade_jax.rl.config import RLConfig
@@ -103,7 +104,8 @@ def base_config() -> ConfigDict:
   c.corpus.max_chars = 2000  # passages are cut to this many characters
   c.corpus.seed = 0  # shuffle seed (reshuffled every epoch)
   c.metrics = ConfigDict()
-  c.metrics.embedding_model = ""  # local sentence-transformers dir: 2nd Vendi/n ("" = off)
+  # A local sentence-transformers model directory for a second Vendi/n ("" = off).
+  c.metrics.embedding_model = MetricsSettings.embedding_model
   c.train = ConfigDict()
   c.train.num_steps = 400  # training steps (rollouts); the paper runs 400
   c.train.checkpoint_every = 16  # steps between checkpoints (the last step always saves)
@@ -221,6 +223,7 @@ def validate(config: ConfigDict) -> None:
   try:
     SelfPlaySettings.from_config(config)  # seed, setting, selfplay, sampling
     RLConfig.from_config(config.rl)
+    MetricsSettings.from_config(config)  # metrics.embedding_model names a directory
   except ValueError as err:
     raise ConfigError(str(err)) from None
   _check_model(config)

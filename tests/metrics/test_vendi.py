@@ -92,3 +92,8 @@ def test_metrics_settings_check_the_model_directory(tmp_path):
   with pytest.raises(ValueError, match="embedding_model='/no/such/model' is not a directory"):
     MetricsSettings("/no/such/model")
   assert MetricsSettings(str(tmp_path)).embedding_model == str(tmp_path)
+  from spade_jax.config_schema import ConfigError, validate
+  config = base_config()
+  config.metrics.embedding_model = "/no/such/model"
+  with pytest.raises(ConfigError, match="embedding_model='/no/such/model'"):
+    validate(config)  # at launch, before anything is built
