@@ -99,7 +99,7 @@ def test_every_seed_passes_the_sandbox_validator_with_every_guard():
 def test_every_declared_level_validates_and_differs_from_level_0():
   leveled = {n: seeds_by_name()[n].source for n in NAMES
              if difficulty.declared_levels(seeds_by_name()[n].source)}
-  assert len(leveled) == 21  # every game but clue, cipher and sorting
+  assert len(leveled) == 24  # every game
   sources = [difficulty.at_level(s, level) for s in leveled.values()
              for level in range(difficulty.declared_levels(s))]
   results = FakePool().validate(sources)
