@@ -102,4 +102,4 @@ def from_curriculum_line(line: Mapping[str, Any], *, pool: EnvPool | None = None
   """The adapter for one line of `python -m spade_jax.export` output."""
   if not isinstance(line.get("source"), str):
     raise ValueError(f"curriculum line {line.get('uid')!r} has no 'source' string")
-  return SandboxTextEnv(line["source"], pool=pool, max_turns=max_turns or line.get("max_turns"))
+  return SandboxTextEnv(line["source"], pool=pool, max_turns=max_turns)

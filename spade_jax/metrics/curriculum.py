@@ -19,6 +19,7 @@ of the arm (returns lie in [0, 1]; for 0/1 rewards it is the share of wins).
 * diversity_vendi: Vendi score / n of the active set's sources on the fixed TF-IDF+LSA-128
   embedding; diversity_vendi_embedding: the same on a sentence-embedding model when one is
   configured (see vendi.py).
+* difficulty_mean: mean difficulty level of the environments played (Fixed-env RLVE only).
 * reward_levels: mean over environments of the number of distinct per-turn reward values seen
   in the step's episodes (both arms, rounded to 1e-6); partial_reward_levels counts only the
   values strictly inside (0, 1).
@@ -145,6 +146,9 @@ def step_metrics(record: StepRecord, embedder=None) -> dict[str, float]:
       "designer/samples": float(record.designer_samples),
       "designer/reward_mean": _mean(record.designer_rewards),
   }
+  levels = [e.difficulty for e in envs if e.difficulty is not None]
+  if levels:  # Fixed-env RLVE: where the adaptive windows stand
+    out["curriculum/difficulty_mean"] = _mean(levels)
   if embedder is not None:
     out["curriculum/diversity_vendi_embedding"] = vendi.vendi_per_n(
         [e.source for e in envs], embedder)

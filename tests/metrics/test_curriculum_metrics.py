@@ -135,3 +135,12 @@ def test_sentence_embedding_vendi_uses_the_given_embedder():
   h = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
   assert m["curriculum/diversity_vendi_embedding"] == pytest.approx(math.exp(h) / 3)
   assert "curriculum/diversity_vendi_embedding" not in curriculum.step_metrics(_record(envs))
+
+
+def test_difficulty_mean_only_with_levels():
+  envs = [_env("a", "fixed", [1.0], []), _env("b", "fixed", [0.0], []),
+          _env("c", "fixed", [0.0], [])]
+  envs[0].difficulty, envs[1].difficulty = 2, 1  # c declares no levels
+  assert curriculum.step_metrics(_record(envs))["curriculum/difficulty_mean"] == 1.5
+  envs[0].difficulty = envs[1].difficulty = None
+  assert "curriculum/difficulty_mean" not in curriculum.step_metrics(_record(envs))
