@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> None:
       f"p{p} {v:.0f}" for p, v in stats["length_percentiles"].items()))
   print("share per source:")
   for source, share in stats["share"].items():
-    print(f"  {source:<24} {share:6.1%}")
+    print(f"  {source:<24} {share:7.2%}")
 
 
 if __name__ == "__main__":

@@ -9,13 +9,15 @@ carry in their module, class, function and method docstrings is cut into passage
   `**Bold**` titles); sections that are reference tables (Parameters, Returns, Raises, See
   Also, References, ...) are dropped, prose sections (the description, Notes, Explanation,
   the prose of Examples) are kept;
-* doctest transcripts (`>>>` / `...` lines and their output), reST tables and Sphinx
-  bookkeeping directives are removed;
+* doctest transcripts (`>>>` / `...` lines and their output), reST tables (grid and
+  simple), literal blocks after `::`, call-signature lines and Sphinx bookkeeping directives
+  are removed;
 * a kept section is one passage, or several cut at paragraph boundaries when it is longer
   than MAX_PASSAGE_CHARS; passages shorter than MIN_PASSAGE_CHARS are dropped, and a passage
   whose normalised text was seen before is dropped as a duplicate;
-* each passage is tagged with its source (one of SOURCES' names) and the module it was read
-  from, and starts with the documented object's qualified name.
+* an object is documented where it is defined (a name a module imports from elsewhere is
+  left to its home module), and each passage is tagged with its source (one of SOURCES'
+  names) and that module, and starts with the documented object's qualified name.
 
 The result comes in a fixed order and is cached as JSONL on first build, keyed by the package
 versions and the build settings, so later loads only read the file (no jax, no scipy import).
@@ -37,6 +39,8 @@ import types
 import warnings
 from collections.abc import Iterator
 from importlib import metadata
+
+import numpy as np
 
 # (source name, module trees walked in order); each tree is the module and its public
 # submodules (no tests, no private modules).
@@ -69,7 +73,7 @@ SOURCES: tuple[tuple[str, tuple[str, ...]], ...] = (
                "numpy.lib")),
 )
 PACKAGES = ("sympy", "scipy", "mpmath", "networkx", "numpy")  # their versions key the cache
-MIN_PASSAGE_CHARS = 100
+MIN_PASSAGE_CHARS = 90
 MAX_PASSAGE_CHARS = 400
 # Section titles whose body is a reference table, not prose (compared lower-cased).
 DROPPED_SECTIONS = frozenset({
@@ -83,9 +87,11 @@ _SKIPPED_PARTS = ("tests", "testing", "benchmarks", "conftest", "setup", "f2py",
                   "typing", "ctypeslib", "matlib", "compat", "doc")
 _UNDERLINE = re.compile(r"^\s*([=\-~^*+#])\1{2,}\s*$")
 _BOLD_TITLE = re.compile(r"^\s*\*\*([A-Za-z][A-Za-z ]{1,40})\*\*:?\s*$")
+_SIGNATURE = re.compile(r"^\s*[A-Za-z_][\w.]*\(.*\)(\s*->.*)?\s*$")  # "f(x, /, out=None)"
 _DOCTEST = re.compile(r"^\s*(>>>|\.\.\.)(\s|$)")
-_TABLE = re.compile(r"^\s*([+|].*[+|]|(=+\s+)+=+)\s*$")
-_DIRECTIVE = re.compile(r"^\s*\.\. (\w[\w-]*)::")
+_TABLE = re.compile(r"^\s*[+|].*[+|]\s*$")
+_SIMPLE_TABLE_BORDER = re.compile(r"^\s*(?:[=-]{2,}\s+)+[=-]{2,}\s*$")
+_DIRECTIVE = re.compile(r"^\s*\.\. (\w[\w-]*) ?::")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
 _KEPT_DIRECTIVES = ("math", "note", "warning", "admonition")
 _MEMBER_TYPES = (types.FunctionType, property, staticmethod, classmethod,
@@ -108,6 +114,18 @@ def build_key() -> dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- cleaning
+def _drop_intro(out: list[str]) -> None:
+  """Pops a trailing paragraph that ends with ':' (it introduced what was just dropped)."""
+  end = len(out)
+  while end and not out[end - 1].strip():
+    end -= 1
+  if end and out[end - 1].rstrip().endswith(":"):
+    start = end
+    while start and out[start - 1].strip():
+      start -= 1
+    del out[start:]
+
+
 def _drop_doctests(lines: list[str]) -> list[str]:
   """Removes `>>>` / `...` lines and the output lines that follow them up to a blank line."""
   out, in_transcript = [], False
@@ -122,18 +140,36 @@ def _drop_doctests(lines: list[str]) -> list[str]:
   return out
 
 
+def _indent(line: str) -> int:
+  return len(line) - len(line.lstrip())
+
+
 def _drop_tables_and_directives(lines: list[str]) -> list[str]:
-  """Removes reST tables and the bodies of bookkeeping directives (keeps .. math:: etc.)."""
-  out, skip_indent = [], None
-  for line in lines:
-    indent = len(line) - len(line.lstrip())
+  """Removes reST tables (grid and simple), literal blocks after '::' and the bodies of
+  bookkeeping directives (keeps .. math:: and admonitions)."""
+  out, skip_indent, in_table = [], None, False
+  for i, line in enumerate(lines):
     if skip_indent is not None:
-      if not line.strip() or indent > skip_indent:
+      if not line.strip() or _indent(line) > skip_indent:
         continue
       skip_indent = None
+      out.append("")  # the skipped block separated two paragraphs
+    if _SIMPLE_TABLE_BORDER.match(line):  # ===  === borders open and close a simple table
+      after = lines[i + 1] if i + 1 < len(lines) else ""
+      in_table = not (in_table and not after.strip())
+      continue
+    if in_table:
+      continue
     directive = _DIRECTIVE.match(line)
     if directive and directive.group(1) not in _KEPT_DIRECTIVES:
-      skip_indent = indent
+      skip_indent = _indent(line)
+    elif line.rstrip().endswith("::"):  # a literal (code) block follows, indented
+      skip_indent = _indent(line)
+      text = line.rstrip()[:-1].rstrip()
+      if text.strip() not in ("", ":"):
+        out.append(text)
+      else:
+        _drop_intro(out)
     elif not _TABLE.match(line):
       out.append(line)
   return out
@@ -154,7 +190,7 @@ def split_sections(doc: str) -> list[tuple[str, str]]:
       title, body = (line.strip() if underlined else bold.group(1)), []
       i += 2 if underlined else 1
       continue
-    if not _UNDERLINE.match(line):
+    if not _UNDERLINE.match(line) and not (title == "" and _SIGNATURE.match(line)):
       body.append(line)
     i += 1
   sections.append((title, body))
@@ -220,15 +256,26 @@ def _walk(root: str) -> Iterator[types.ModuleType]:
       continue  # a submodule that needs an optional dependency (matplotlib, pyglet, ...)
 
 
-def _documented(module: types.ModuleType) -> Iterator[tuple[str, object]]:
-  """(qualified name, object) of the module and its public functions, classes and methods."""
+def _home(obj: object, module: types.ModuleType) -> str:
+  """The module an object was defined in (an instance's: its class's). A ufunc says "numpy"
+  wherever it was written, so it belongs to the module that exports it."""
+  if isinstance(obj, np.ufunc):
+    return module.__name__
+  home = getattr(obj, "__module__", None)
+  return home if isinstance(home, str) else type(obj).__module__
+
+
+def _documented(module: types.ModuleType, root: str) -> Iterator[tuple[str, object]]:
+  """(qualified name, object) of the module and the public functions, classes and methods it
+  defines under `root` (a name imported from elsewhere is documented at its home)."""
   yield module.__name__, module
   names = getattr(module, "__all__", None)
   if not isinstance(names, (list, tuple)):
     names = [n for n in vars(module) if not n.startswith("_")]
   for name in sorted({n for n in names if isinstance(n, str)}):
     obj = getattr(module, name, None)
-    if obj is None or isinstance(obj, types.ModuleType) or not callable(obj):
+    if (obj is None or isinstance(obj, types.ModuleType) or not callable(obj)
+        or not (_home(obj, module) + ".").startswith(root + ".")):
       continue
     yield f"{module.__name__}.{name}", obj
     if inspect.isclass(obj):
@@ -256,7 +303,7 @@ def build_corpus() -> list[dict[str, str]]:
     for source, roots in SOURCES:
       for root in roots:
         for module in _walk(root):
-          for name, obj in _documented(module):
+          for name, obj in _documented(module, root):
             doc = _docstring(obj)
             if not doc or _fingerprint(doc) in seen_docs:
               continue

@@ -11,7 +11,9 @@ import pytest
 from spade_jax.selfplay import corpus as corpus_lib
 from spade_jax.selfplay import science_corpus
 
-NUMPYDOC = '''Compute the totient of n.
+NUMPYDOC = '''totient(n, /, out=None)
+
+Compute the totient of n.
 
 Euler's totient counts the positive integers up to n that are relatively prime to n. It is
 multiplicative, and for a prime power it equals p**k - p**(k - 1).
@@ -35,6 +37,20 @@ with trial division and Pollard's rho method.
 | n   | phi |
 +-----+-----+
 
+=====  =====
+n      phi
+=====  =====
+7      6
+=====  =====
+
+It is computed like this::
+
+    phi = n
+    for p in primes(n):
+        phi -= phi // p
+
+and the loop ends after the last prime factor of n has been divided out.
+
 Examples
 --------
 The totient of a prime is one less than the prime:
@@ -57,12 +73,18 @@ divisor_count : counts divisors of n and says so at length in its own docstring 
 def test_sections_keep_prose_and_drop_tables_and_transcripts():
   sections = dict(science_corpus.split_sections(NUMPYDOC))
   assert list(sections) == ["", "Parameters", "Returns", "Notes", "Examples", "See Also"]
-  assert "+-----+" not in sections["Notes"] and "trial division" in sections["Notes"]
+  notes = sections["Notes"]
+  assert "+-----+" not in notes and "trial division" in notes
+  assert "=====" not in notes and "7      6" not in notes  # the simple table is gone
+  assert "phi -= phi" not in notes and "It is computed like this:" in notes  # literal block
+  assert "and the loop ends" in notes
+  assert "totient(n, /, out=None)" not in sections[""]  # the call signature line
   examples = sections["Examples"]
   assert examples == "The totient of a prime is one less than the prime:"  # no >>>, no output
   passages = science_corpus.docstring_passages(NUMPYDOC)
   assert len(passages) == 2  # the description and the Notes; the rest is too short or a table
   assert passages[0].startswith("Compute the totient") and "Pollard" in passages[1]
+  assert "the last prime factor" in passages[1]
   assert not any(word in p for p in passages for word in (": int", "divisor_count", ">>>"))
 
 
@@ -85,6 +107,16 @@ def test_mpmath_bold_titles_are_sections():
   assert len(science_corpus.docstring_passages(doc)) == 1
 
 
+def test_objects_are_documented_at_their_home_module():
+  import scipy.special
+  import sympy.physics.units as units
+  names = {name for name, _ in science_corpus._documented(units, "sympy.physics")}
+  assert "sympy.physics.units.Quantity" in names  # defined under sympy.physics
+  assert "sympy.physics.units.sqrt" not in names  # imported from sympy.functions
+  special = {name for name, _ in science_corpus._documented(scipy.special, "scipy.special")}
+  assert "scipy.special.gamma" in special  # a ufunc belongs to the module exporting it
+
+
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
   cache = tmp_path_factory.mktemp("cache")
@@ -99,7 +131,8 @@ def test_real_build_has_15k_clean_unique_tagged_passages(built):
   assert seconds < 120, seconds
   shares = collections.Counter(d["source"] for d in docs)
   assert set(shares) == {name for name, _ in science_corpus.SOURCES}
-  assert all(n >= 50 for n in shares.values()), shares
+  assert all(n >= 5 for n in shares.values()), shares  # scipy.constants is mostly tables
+  assert max(shares.values()) < 0.3 * len(docs), shares
   texts = [d["text"] for d in docs]
   assert len({science_corpus._fingerprint(t) for t in texts}) == len(docs)  # deduplicated
   assert len({d["id"] for d in docs}) == len(docs)
