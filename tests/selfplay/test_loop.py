@@ -285,7 +285,7 @@ def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   settings = dataclasses.replace(SelfPlaySettings.from_config(module.get_config()), num_envs=2,
-                                 group_size=2, fixed_envs=True, max_cache_len=None)
+                                 group_size=2, fixed_envs="grpo", max_cache_len=None)
   library = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
              for s in load_seed_library(kind="tool_use")]
 
@@ -307,5 +307,6 @@ def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
   assert len(record.envs) == 2 and record.dropped_episodes == 0
   for env in record.envs:
     assert "[tool]\n" in env.transcript["no_hint"] and "All done." in env.transcript["no_hint"]
-    assert all(len(r) >= 2 for r in env.step_rewards.values())  # a tool turn, then a reply
+    assert len(env.step_rewards["no_hint"]) >= 2  # a tool turn, then a reply
+    assert not env.step_rewards["hint"]  # the fixed-env baseline plays no hint arm
   assert loop.trainer.batches and (loop.trainer.batches[-1].roles == AGENT).all()
