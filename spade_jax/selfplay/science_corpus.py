@@ -81,7 +81,7 @@ DROPPED_SECTIONS = frozenset({
     "returns", "return", "yields", "raises", "warns", "attributes", "methods", "see also",
     "references", "reference", "footnotes", "index", "contents", "functions", "classes",
     "options", "keywords", "members", "array api standard support"})
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # bump when a cleaning or cutting rule changes: it keys the cache
 # Submodules that hold tests, build tools or typing stubs, not mathematics.
 _SKIPPED_PARTS = ("tests", "testing", "benchmarks", "conftest", "setup", "f2py", "distutils",
                   "typing", "ctypeslib", "matlib", "compat", "doc")
