@@ -47,7 +47,7 @@ def get_config() -> ConfigDict:
   c.rl.role_balance = True  # designer / agent shares of the loss set here, not by token counts
   c.rl.designer_loss_share = 0.2  # a fifth: 24 designer rows a refresh beside 384 episodes
   c.rl.micro_batch_size = 32  # rows per accumulation micro-batch
-  c.corpus.paths = ()  # built-in math/science docstring corpus (the paper uses a 15k-doc one)
+  c.corpus.paths = ()  # built-in science-docs corpus (the paper's is a 15k-document collection)
   c.train.num_steps = 400  # paper: 400 rollouts
   c.train.checkpoint_every = 16  # about every 30-60 minutes
   c.train.keep_checkpoints = 3  # newest three kept

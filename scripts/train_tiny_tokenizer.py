@@ -1,4 +1,4 @@
-"""Trains the tiny SentencePiece BPE tokenizer (vocab 1024) on the docstring corpus.
+"""Trains the tiny SentencePiece BPE tokenizer (vocab 1024) on the built-in science corpus.
 
   .venv/bin/python scripts/train_tiny_tokenizer.py [--out spade_jax/tokenizer/assets/tiny.model]
 
@@ -19,14 +19,14 @@ import sys
 import sentencepiece as spm
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-from spade_jax.selfplay.docs_corpus import load_docstring_corpus  # noqa: E402
+from spade_jax.selfplay.science_corpus import load_corpus  # noqa: E402
 from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS  # noqa: E402
 from spade_jax.tokenizer.sentencepiece_tokenizer import TINY_VOCAB_SIZE, tiny_model_path  # noqa: E402
 
 
 def corpus_lines() -> list[str]:
   """Non-blank lines of every document (SentencePiece trains on lines)."""
-  return [line for doc in load_docstring_corpus() for line in doc["text"].splitlines()
+  return [line for doc in load_corpus() for line in doc["text"].splitlines()
           if line.strip()]
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from ml_collections import ConfigDict, config_dict
 
 from spade_jax.eval.settings import EvalSettings
+from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model.config import PRESETS, ModelConfig
 from spade_jax.model.sharding import MESH_AXES
 from spade_jax.rl.config import RLConfig
@@ -69,7 +70,7 @@ def base_config() -> ConfigDict:
   c.selfplay.use_corpus = sp.use_corpus  # ground each designer prompt in a corpus passage
   c.selfplay.use_memory = sp.use_memory  # show the designer a sample of the environment memory
   c.selfplay.train_designer = sp.train_designer  # False = frozen designer (no designer gradient)
-  c.selfplay.fixed_envs = sp.fixed_envs  # fixed-environment GRPO on the seed library
+  c.selfplay.fixed_envs = sp.fixed_envs  # "grpo" / "rlve": fixed-env baselines on the seeds
   c.selfplay.fill_from_memory = sp.fill_from_memory  # top up a short valid set with replays
   c.selfplay.train_agent_on_hint_arm = sp.train_agent_on_hint_arm  # hint arm only measures
   c.selfplay.library = sp.library  # "seeds" or "probe" (dense-reward probe; smoke runs)
@@ -98,11 +99,14 @@ def base_config() -> ConfigDict:
   # Every trainer setting, with RLConfig's defaults and comments (spade_jax/rl/config.py).
   c.rl = ConfigDict(rl_defaults())
   c.corpus = ConfigDict()
-  c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in docstring corpus
+  c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in science corpus
   c.corpus.format = "auto"  # "auto" (by suffix), "text", "jsonl" or "parquet"
   c.corpus.text_field = "text"  # JSONL key / Parquet column holding the document
   c.corpus.max_chars = 2000  # passages are cut to this many characters
   c.corpus.seed = 0  # shuffle seed (reshuffled every epoch)
+  c.metrics = ConfigDict()
+  # A local sentence-transformers model directory for a second Vendi/n ("" = off).
+  c.metrics.embedding_model = MetricsSettings.embedding_model
   c.train = ConfigDict()
   c.train.num_steps = 400  # training steps (rollouts); the paper runs 400
   c.train.checkpoint_every = 16  # steps between checkpoints (the last step always saves)
@@ -229,6 +233,7 @@ def validate(config: ConfigDict) -> None:
     SelfPlaySettings.from_config(config)  # seed, setting, selfplay, sampling
     RLConfig.from_config(config.rl)
     EvalSettings.from_config(config)
+    MetricsSettings.from_config(config)  # metrics.embedding_model names a directory
   except ValueError as err:
     raise ConfigError(str(err)) from None
   _check_model(config)

@@ -28,6 +28,7 @@ from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
 from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.logger import StepLogger
+from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.load import load_model
 from spade_jax.rl.trainer import Trainer
@@ -108,11 +109,11 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
 
   `mesh` defaults to `make_mesh(config.mesh)`.
   """
-
   workdir = os.fspath(workdir)
   os.makedirs(workdir, exist_ok=True)
   settings = SelfPlaySettings.from_config(config)
   evals = EvalSettings.from_config(config)
+  metrics = MetricsSettings.from_config(config)  # a bad embedding_model fails before compiling
   mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
   tokenizer = load_tokenizer(config.tokenizer)
   trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir,
@@ -133,12 +134,14 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
     num_steps, log_every = int(config.train.num_steps), int(config.train.log_every)
     logger = StepLogger(workdir, num_steps,
                         num_text_summaries=int(config.train.num_text_summaries),
+                        embedder=metrics.embedder(),
                         is_chief=jax.process_index() == 0)
     print(f"self-play: starting at step {loop.step_index + 1} of {num_steps} "
           f"(memory {len(loop.memory)} environments)", flush=True)
     record = None
     while loop.step_index < num_steps:
       record = loop.step()
+      logger.observe(record)  # the windowed learnable share counts every step
       if not record.train_metrics:  # no valid environment and no designer sample came due
         print(f"step {record.step}: no samples, no update (designer valid "
               f"{record.designer_valid}/{record.designer_requests}, 0 environments)", flush=True)

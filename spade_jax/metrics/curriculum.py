@@ -9,10 +9,17 @@ of the arm (returns lie in [0, 1]; for 0/1 rewards it is the share of wins).
   occurred, only on generation steps.
 * designed_envs / replayed_envs: environments of the active set by origin (replayed includes
   the seed library in fixed-environment mode).
-* learnable_share: environments whose no-hint win rate is in [0.2, 0.8], divided by the step's
-  environment budget (unfilled capacity counts as zero, as in the paper's Figure 6).
+* learnable_share (the paper's Figure 6): over each window of LEARNABLE_WINDOW steps, the
+  environments played whose no-hint win rate is in [0.2, 0.8], summed over the window's
+  steps, divided by the window's summed environment budget: the share among valid
+  environments weighted by their number, with unfilled capacity counting as zero
+  (`LearnableWindow`; written at window ends and at the last step).
+* learnable_share_step: the same for one step alone.
 * regret_mean: mean over environments of win_rate(hint) - win_rate(no hint).
-* diversity_vendi: Vendi score / n of the active set's sources (see vendi.py).
+* diversity_vendi: Vendi score / n of the active set's sources on the fixed TF-IDF+LSA-128
+  embedding; diversity_vendi_embedding: the same on a sentence-embedding model when one is
+  configured (see vendi.py).
+* difficulty_mean: mean difficulty level of the environments played (Fixed-env RLVE only).
 * reward_levels: mean over environments of the number of distinct per-turn reward values seen
   in the step's episodes (both arms, rounded to 1e-6); partial_reward_levels counts only the
   values strictly inside (0, 1).
@@ -33,6 +40,7 @@ from spade_jax.metrics import vendi
 from spade_jax.selfplay.record import EnvReport, StepRecord
 
 LEARNABLE_RANGE = (0.2, 0.8)
+LEARNABLE_WINDOW = 16  # steps per window of the paper's learnable share
 REVEAL_SPAN = 6
 REQUIRED_TRAIN = ("loss", "kl")
 REQUIRED_TIMINGS = ("generate_s", "sandbox_s", "train_s")
@@ -50,6 +58,36 @@ def _nan_if_none(x: float | None) -> float:
 def is_learnable(env: EnvReport) -> bool:
   rate = env.win_rate["no_hint"]
   return rate is not None and LEARNABLE_RANGE[0] <= rate <= LEARNABLE_RANGE[1]
+
+
+def learnable_count(record: StepRecord) -> int:
+  return sum(map(is_learnable, record.envs))
+
+
+class LearnableWindow:
+  """The paper's learnable share: sum of learnable environments / sum of budgets per window.
+
+  Feed every step's record in order; steps t with (t - 1) // size equal share a window. A
+  window that a resume cut short covers the steps this process saw.
+  """
+
+  def __init__(self, size: int = LEARNABLE_WINDOW):
+    self.size = size
+    self._window: int | None = None
+    self._learnable = self._budget = 0
+
+  def add(self, record: StepRecord) -> float | None:
+    """Adds one step; returns the window's share when this step closes it, else None."""
+    window = (record.step - 1) // self.size
+    if window != self._window:
+      self._window, self._learnable, self._budget = window, 0, 0
+    self._learnable += learnable_count(record)
+    self._budget += record.num_envs
+    return self.value() if record.step % self.size == 0 else None
+
+  def value(self) -> float:
+    """The share over the current window's steps so far (nan before any step)."""
+    return self._learnable / self._budget if self._budget else float("nan")
 
 
 def reward_levels(env: EnvReport, partial_only: bool = False) -> int:
@@ -73,8 +111,12 @@ def reveals_hint(observation: str, hint: str, span: int = REVEAL_SPAN) -> bool:
   return any(tuple(hint_tokens[i:i + n]) in obs_grams for i in range(len(hint_tokens) - n + 1))
 
 
-def step_metrics(record: StepRecord) -> dict[str, float]:
-  """All scalars of one step, keyed by TensorBoard tag (valid_rate only on generation steps)."""
+def step_metrics(record: StepRecord, embedder=None) -> dict[str, float]:
+  """All scalars of one step, keyed by TensorBoard tag (valid_rate only on generation steps).
+
+  `embedder` (a `vendi.SentenceEmbedder`) adds `curriculum/diversity_vendi_embedding`. The
+  windowed `curriculum/learnable_share` needs several steps: see `LearnableWindow`.
+  """
   train = dict(record.train_metrics)
   if "logprob_gap" not in train and "logprob_gap_mean" in train:
     train["logprob_gap"] = train["logprob_gap_mean"]  # the trainer's name for the mean gap
@@ -88,7 +130,7 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
   out = {
       "curriculum/designed_envs": float(record.designed_envs),
       "curriculum/replayed_envs": float(record.replayed_envs),
-      "curriculum/learnable_share": sum(map(is_learnable, envs)) / record.num_envs,
+      "curriculum/learnable_share_step": learnable_count(record) / record.num_envs,
       "curriculum/regret_mean": _nan_if_none(record.regret_mean()),
       "curriculum/diversity_vendi": vendi.vendi_per_n([e.source for e in envs]),
       "curriculum/reward_levels": _mean([reward_levels(e) for e in envs]),
@@ -104,6 +146,12 @@ def step_metrics(record: StepRecord) -> dict[str, float]:
       "designer/samples": float(record.designer_samples),
       "designer/reward_mean": _mean(record.designer_rewards),
   }
+  levels = [e.difficulty for e in envs if e.difficulty is not None]
+  if levels:  # Fixed-env RLVE: where the adaptive windows stand
+    out["curriculum/difficulty_mean"] = _mean(levels)
+  if embedder is not None:
+    out["curriculum/diversity_vendi_embedding"] = vendi.vendi_per_n(
+        [e.source for e in envs], embedder)
   if record.valid_rate is not None:
     out["curriculum/valid_rate"] = record.valid_rate
   for reason, count in record.designer_invalid_reasons.items():

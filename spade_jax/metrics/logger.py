@@ -1,7 +1,9 @@
 """Per-step reporting: TensorBoard scalars and text, a console progress line, <workdir>/log.txt.
 
-The loop calls `StepLogger.write(record)` once per step on every host; only the chief
-(process 0) writes files, so multi-host runs produce one event file and one log. Text
+The run calls `StepLogger.observe(record)` after every step and `StepLogger.write(record)` on
+the steps it logs, on every host; only the chief (process 0) writes files, so multi-host runs
+produce one event file and one log. `observe` feeds the windowed learnable share, which sums
+every step of its window whether or not the step is logged. Text
 summaries: the first `num_text_summaries` environments of the active set (origin, win rates,
 regret, hint, first observation, source) and one rollout transcript per arm.
 """
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from typing import TextIO
 
 from spade_jax.metrics import curriculum
+from spade_jax.metrics.curriculum_log import CurriculumLog
 from spade_jax.metrics.tensorboard import SummaryWriter
 from spade_jax.selfplay.record import EnvReport, StepRecord
 
@@ -58,7 +61,7 @@ def progress_line(step: int, num_steps: int, m: dict[str, float], eta_s: float) 
   return (f"step {step}/{num_steps} | valid {_num(valid)} "
           f"designed {int(m['curriculum/designed_envs'])} "
           f"replayed {int(m['curriculum/replayed_envs'])} "
-          f"learnable {m['curriculum/learnable_share']:.2f} "
+          f"learnable {m['curriculum/learnable_share_step']:.2f} "
           f"regret {m['curriculum/regret_mean']:+.3f} | "
           f"return {m['agent/return_no_hint']:.3f}/{m['agent/return_hint']:.3f} (no hint/hint) | "
           f"loss {m['train/loss']:.3g} kl {m['train/kl']:.3g} | "
@@ -70,10 +73,13 @@ class StepLogger:
   """Turns each StepRecord into scalars, text summaries and a progress line."""
 
   def __init__(self, workdir: str | os.PathLike[str], num_steps: int, *,
-               num_text_summaries: int = 3,
+               num_text_summaries: int = 3, embedder=None,
                is_chief: bool = True, stream: TextIO | None = None,
                clock: Callable[[], float] = time.monotonic):
     self.num_steps = num_steps
+    self.embedder = embedder  # a vendi.SentenceEmbedder, or None
+    self._window = curriculum.LearnableWindow()
+    self._observed: int | None = None
     self.num_text_summaries = num_text_summaries
     self._valid_rate: float | None = None  # of the active set's generation
     self.is_chief = is_chief
@@ -83,6 +89,7 @@ class StepLogger:
     self._last_step: int | None = None
     self._intervals: list[tuple[float, int]] = []  # (seconds, steps) between writes
     self._writer = SummaryWriter(os.path.join(workdir, "tb")) if is_chief else None
+    self._curriculum_log = CurriculumLog(workdir) if is_chief else None
     self._log_path = os.path.join(workdir, "log.txt")
 
   def eta(self, step: int) -> float:
@@ -94,13 +101,31 @@ class StepLogger:
     per_step = sum(d for d, _ in recent) / sum(n for _, n in recent)
     return (self.num_steps - step) * per_step
 
+  def observe(self, record: StepRecord) -> float | None:
+    """Appends the step to curriculum.jsonl and to the learnable-share window; writes the
+    share when the window closes (or the run ends) and returns it, else None. Idempotent
+    per step."""
+    if record.step == self._observed:
+      return None
+    self._observed = record.step
+    if self._curriculum_log is not None:
+      self._curriculum_log.append(record)
+    share = self._window.add(record)
+    if share is None and record.step == self.num_steps:
+      share = self._window.value()
+    if share is not None and self.is_chief:
+      self._writer.scalars({"curriculum/learnable_share": share}, record.step)
+      self._writer.flush()
+    return share
+
   def write(self, record: StepRecord) -> dict[str, float]:
     """Writes the step's summaries; returns its scalars."""
+    self.observe(record)
     now = self._clock()
     steps = record.step - self._last_step if self._last_step is not None else 1
     self._intervals.append((now - self._last, max(steps, 1)))  # writes may skip steps
     self._last, self._last_step = now, record.step
-    metrics = curriculum.step_metrics(record)
+    metrics = curriculum.step_metrics(record, self.embedder)
     if record.refreshed:
       self._valid_rate = metrics.get("curriculum/valid_rate")
     elif self._valid_rate is not None:

@@ -1,25 +1,41 @@
-"""Diversity of a set of environment sources: Vendi score / n over TF-IDF + LSA embeddings.
+"""Diversity of a set of environment sources: Vendi score / n over fixed embeddings.
 
 Vendi score (Friedman & Dieng, 2023) is the exponential of the Shannon entropy of the
 eigenvalues of K / n, K a similarity kernel with unit diagonal: the "effective number" of
 distinct items. Divided by n it lies in [1/n, 1]: 1/n for n identical sources, 1 for
-mutually orthogonal ones. The paper reports it for its designer (0.68 with the corpus,
-0.04 without). Embeddings here are sublinear TF-IDF over code tokens (identifiers, numbers,
-and single symbols), reduced by truncated SVD (LSA, no centring) to min(128, rank) dims and
-L2-normalised; K is their cosine kernel. Numpy only.
+mutually orthogonal ones.
+
+Two embeddings, as in the paper's appendix I:
+* `TfidfLsa` (always on): sublinear TF-IDF over code tokens (identifiers, numbers, single
+  symbols) followed by truncated SVD (LSA, no centring) to at most 128 dims. Vocabulary, IDF
+  and projection are fitted ONCE on a fixed reference set (`reference_embedder()`: the seed
+  library's sources cut into method-sized chunks), so the embedding of a source does not
+  depend on which other sources share its step and values compare across steps and runs.
+  Tokens the reference never saw get the largest IDF (as rare as can be) and are hashed into
+  OOV_BUCKETS extra coordinates beside the LSA ones, so sources made of new words are neither
+  zero vectors nor all alike; rows are then L2-normalised.
+* `SentenceEmbedder` (optional): a local sentence-transformers model
+  (`config.metrics.embedding_model`, e.g. a copy of all-MiniLM-L6-v2), unit-normalised.
+K is the cosine kernel of the embeddings. Numpy only, except the optional model.
 """
 
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import re
+import zlib
 from collections.abc import Sequence
 
 import numpy as np
 
+from spade_jax.envs.library import load_seed_library
+
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|[^\sA-Za-z0-9_]")
+_CHUNK_START = re.compile(r"^(?=[ \t]*(?:def|class) )", re.MULTILINE)
 LSA_DIMS = 128
+OOV_BUCKETS = 64
 
 
 def tokenize(text: str) -> list[str]:
@@ -27,31 +43,84 @@ def tokenize(text: str) -> list[str]:
   return [t.lower() for t in _TOKEN.findall(text)]
 
 
-def tfidf(docs: Sequence[str]) -> np.ndarray:
-  """[n, vocab] TF-IDF rows: (1 + log tf) * (log((1 + n) / (1 + df)) + 1), L2-normalised.
-
-  An empty document gets a token of its own so that its row is not zero.
-  """
-  counts = [collections.Counter(tokenize(d) or ["<empty>"]) for d in docs]
-  vocab = sorted(set().union(*counts)) if counts else []
-  index = {t: j for j, t in enumerate(vocab)}
-  tf = np.zeros((len(docs), len(vocab)))  # [n, V]
-  for i, c in enumerate(counts):
-    for t, k in c.items():
-      tf[i, index[t]] = 1.0 + math.log(k)
-  df = (tf > 0).sum(axis=0)  # [V]
-  idf = np.log((1.0 + len(docs)) / (1.0 + df)) + 1.0
-  x = tf * idf
-  return x / np.linalg.norm(x, axis=1, keepdims=True)
+def oov_bucket(token: str) -> int:
+  return zlib.crc32(token.encode()) % OOV_BUCKETS
 
 
-def lsa(x: np.ndarray, dims: int = LSA_DIMS, tol: float = 1e-10) -> np.ndarray:
-  """Truncated SVD projection [n, V] -> [n, min(dims, rank)], rows L2-normalised."""
-  u, s, _ = np.linalg.svd(x, full_matrices=False)
-  rank = int((s > tol * max(s.max(initial=0.0), 1.0)).sum())
-  k = max(1, min(dims, rank))
-  z = u[:, :k] * s[:k]  # [n, k]
-  return z / np.maximum(np.linalg.norm(z, axis=1, keepdims=True), tol)
+def _sublinear_tf(docs: Sequence[str], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+  """1 + log(count): [n, V] for in-vocabulary tokens, [n, OOV_BUCKETS] hashed for the rest."""
+  tf, oov = np.zeros((len(docs), len(index))), np.zeros((len(docs), OOV_BUCKETS))
+  for i, doc in enumerate(docs):
+    for token, count in collections.Counter(tokenize(doc) or ["<empty>"]).items():
+      if token in index:
+        tf[i, index[token]] = 1.0 + math.log(count)
+      else:
+        oov[i, oov_bucket(token)] += 1.0 + math.log(count)
+  return tf, oov
+
+
+class TfidfLsa:
+  """TF-IDF + LSA fitted on a reference set; `embed` maps any sources into that space."""
+
+  def __init__(self, reference: Sequence[str], dims: int = LSA_DIMS, tol: float = 1e-10):
+    if not reference:
+      raise ValueError("TfidfLsa needs a non-empty reference set")
+    vocab = sorted({t for doc in reference for t in tokenize(doc) or ["<empty>"]})
+    self.index = {t: j for j, t in enumerate(vocab)}
+    tf, _ = _sublinear_tf(reference, self.index)
+    df = (tf > 0).sum(axis=0)  # [V]
+    self.idf = np.log((1.0 + len(reference)) / (1.0 + df)) + 1.0  # [V]
+    self.oov_idf = math.log(1.0 + len(reference)) + 1.0  # df = 0: the largest IDF
+    x = _unit_rows(tf * self.idf)  # [n_ref, V]
+    _, s, vt = np.linalg.svd(x, full_matrices=False)
+    rank = int((s > tol * max(s.max(initial=0.0), 1.0)).sum())
+    self.components = vt[:max(1, min(dims, rank))]  # [k, V]
+
+  @property
+  def dims(self) -> int:
+    return self.components.shape[0]
+
+  def tfidf(self, docs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """[n, V] TF-IDF rows and [n, OOV_BUCKETS] hashed unknown tokens, jointly L2-normalised."""
+    tf, oov = _sublinear_tf(docs, self.index)
+    x, y = tf * self.idf, oov * self.oov_idf
+    norm = np.sqrt((x * x).sum(axis=1) + (y * y).sum(axis=1))[:, None]
+    return x / norm, y / norm
+
+  def embed(self, docs: Sequence[str]) -> np.ndarray:
+    """[n, k + OOV_BUCKETS] unit rows: LSA coordinates, then the hashed unknown tokens."""
+    x, oov = self.tfidf(docs)
+    return _unit_rows(np.concatenate([x @ self.components.T, oov], axis=1))
+
+
+class SentenceEmbedder:
+  """A local sentence-transformers model (optional dependency), unit-normalised rows."""
+
+  def __init__(self, path: str):
+    try:
+      from sentence_transformers import SentenceTransformer  # pylint: disable=import-outside-toplevel
+    except ImportError:
+      raise ImportError(f"config.metrics.embedding_model={path!r} needs the optional package "
+                        "sentence-transformers (pip install sentence-transformers)") from None
+    self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
+
+  def embed(self, docs: Sequence[str]) -> np.ndarray:
+    return _unit_rows(np.asarray(self.model.encode(list(docs)), dtype=np.float64))
+
+
+def _unit_rows(x: np.ndarray, tol: float = 1e-12) -> np.ndarray:
+  return x / np.maximum(np.linalg.norm(x, axis=1, keepdims=True), tol)
+
+
+def reference_chunks() -> list[str]:
+  """The fixed reference set: every seed environment's source cut at def / class lines."""
+  return [chunk for seed in load_seed_library() for chunk in _CHUNK_START.split(seed.source)
+          if chunk.strip()]
+
+
+@functools.lru_cache(maxsize=1)
+def reference_embedder() -> TfidfLsa:
+  return TfidfLsa(reference_chunks())
 
 
 def vendi_score(embeddings: np.ndarray) -> float:
@@ -65,8 +134,9 @@ def vendi_score(embeddings: np.ndarray) -> float:
   return float(np.exp(-np.sum(lam * np.log(lam))))
 
 
-def vendi_per_n(sources: Sequence[str]) -> float:
-  """Vendi score / n of the sources' TF-IDF + LSA embeddings; nan for an empty set."""
+def vendi_per_n(sources: Sequence[str], embedder=None) -> float:
+  """Vendi score / n of the sources' embeddings (default: `reference_embedder()`); nan if none."""
   if not sources:
     return float("nan")
-  return vendi_score(lsa(tfidf(sources))) / len(sources)
+  embedder = embedder or reference_embedder()
+  return vendi_score(embedder.embed(sources)) / len(sources)

@@ -44,6 +44,7 @@ class ValidationResult:
   line: int | None = None
   class_name: str | None = None
   max_turns: int | None = None
+  difficulty_levels: int | None = None  # declared levels (contract: optional attribute)
 
 
 class EnvPool(Protocol):

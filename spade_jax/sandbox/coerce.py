@@ -110,6 +110,16 @@ def max_turns(value: Any) -> int | None:
   return value
 
 
+def difficulty_levels(value: Any) -> int | None:
+  """None, or the declared number of difficulty levels (2..MAX_DIFFICULTY_LEVELS)."""
+  if value is None:
+    return None
+  limit = contract.MAX_DIFFICULTY_LEVELS
+  if isinstance(value, bool) or not isinstance(value, int) or not 2 <= value <= limit:
+    raise BadOutput(f"difficulty_levels must be an int from 2 to {limit}, got {value!r}"[:200])
+  return value
+
+
 def tools(value: Any) -> list | None:
   """Checks OpenAI function-calling specs: [{"type": "function", "function": {...}}]."""
   if value is None:

@@ -27,6 +27,7 @@ MAX_TOOLS = 32  # at most this many tool specs in `tools`
 MAX_MESSAGE_BYTES = 256 * 1024  # one encoded reply of an environment call
 MAX_TURNS_CAP = 64  # upper bound on any episode length, whatever `max_turns` says
 RETURN_TOLERANCE = 1e-6  # an episode return outside [-tol, 1 + tol] is flagged
+MAX_DIFFICULTY_LEVELS = 10  # an environment may declare 2..this many difficulty levels
 
 DEFAULT_RESET_TIMEOUT_S = 2.0  # wall clock for loading the source and calling reset
 DEFAULT_STEP_TIMEOUT_S = 1.0  # wall clock for one step
@@ -73,6 +74,11 @@ Optional class attributes:
                     {{"name": "<tool>", "arguments": {{...}}}}, and its plain replies to
                     the user as a str. The schemas may use type, properties, required,
                     enum, items and description. Required in the tool-use setting.
+  difficulty_levels: int
+                    Number of difficulty levels, 2 to {MAX_DIFFICULTY_LEVELS}. Also define the
+                    class attribute difficulty = 0; the framework may set it to a level in
+                    [0, difficulty_levels) before creating the environment, and reset must
+                    make the puzzle harder as it grows (0 is the easiest).
 
 Optional method (the validator uses it; a run may require it):
   def oracle_actions(self) -> list:

@@ -48,9 +48,9 @@ def load_class(source: str, class_name: str) -> type:
 
 
 def env_attributes(cls: type) -> dict:
-  """The optional class attributes the framework reads: max_turns and tools."""
+  """The optional class attributes the framework reads: max_turns, tools, difficulty_levels."""
   attrs = {}
-  for name in ("max_turns", "tools"):
+  for name in ("max_turns", "tools", "difficulty_levels"):
     if name in dir(cls):
       attrs[name] = getattr(cls, name)
   return attrs

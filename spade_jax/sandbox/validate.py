@@ -132,13 +132,15 @@ def judge(msg: dict, class_name: str, trial: dict, rules: Rules) -> ValidationRe
     problem, env_max = "types: the trial reply is malformed", None
   if problem:
     return _fail(problem, class_name=class_name)
-  return ValidationResult(True, class_name=class_name, max_turns=env_max)
+  return ValidationResult(True, class_name=class_name, max_turns=env_max,
+                          difficulty_levels=msg["ok"]["attrs"].get("difficulty_levels"))
 
 
 def _judge(result: dict, trial: dict, rules: Rules) -> tuple[str | None, int | None]:
   """(the first broken rule's reason or None, the environment's max_turns)."""
   attrs = result["attrs"]
   env_max = coerce.max_turns(attrs.get("max_turns"))
+  coerce.difficulty_levels(attrs.get("difficulty_levels"))
   problem = guards.tools_problem(attrs.get("tools"), rules.require_tools)
   if problem:
     return problem, env_max

@@ -1,23 +1,34 @@
 """The designer's grounding corpus: documents read from files, shuffled and sharded with grain.
 
 Each designer prompt starts from one passage of a math/science corpus (the paper grounds its
-designer in a 15k-document corpus; without it the designer collapses onto a few tasks). Files
-are local text, JSONL or Parquet:
+designer in a 15k-document corpus; without it the designer collapses onto a few tasks). User
+corpora are local text, JSONL or Parquet files:
 
 * text (`.txt`, `.md`, `.text`): one document per block of lines separated by a blank line;
 * JSONL (`.jsonl`, `.json`): one JSON object per line, the document in `corpus.text_field`;
 * Parquet (`.parquet`): one row per document, the document in column `corpus.text_field`
   (needs pyarrow).
 
-With no paths configured the built-in docstring corpus of `docs_corpus` is used (nothing is
-downloaded). Every host reads the whole document list, keeps its own shard (`index::count`, so
-shards are disjoint and cover the corpus) and walks it in a seeded order that is reshuffled
-every epoch. The position is a small dict (`get_state` / `set_state`) saved in checkpoints, so
-a resumed run continues with the next passage instead of replaying the first ones.
+With no paths configured the built-in corpus of `science_corpus` is used: passages of the
+documentation of sympy, scipy, mpmath, networkx and numpy (nothing is downloaded). Each
+passage carries its origin ("the documentation of <module>" / "the corpus file <name>"),
+which the designer prompt names. Every host reads the whole document list, keeps its own
+shard (`index::count`, so shards are disjoint and cover the corpus) and walks it in a seeded
+order that is reshuffled every epoch. The position is a small dict (`get_state` /
+`set_state`) saved in checkpoints, so a resumed run continues with the next passage instead of
+replaying the first ones.
+
+  python -m spade_jax.selfplay.corpus stats [--paths FILE ...]
+
+prints the document count, passage length percentiles and the share of each source (of the
+built-in corpus, building and caching it if needed, or of the given files). It imports
+neither jax nor grain (grain imports jax), so it answers in seconds once the cache exists.
 """
 
 from __future__ import annotations
 
+import argparse
+import collections
 import dataclasses
 import glob
 import json
@@ -25,7 +36,9 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import grain
+import numpy as np
+
+from spade_jax.selfplay import science_corpus
 
 _FORMAT_BY_SUFFIX = {".txt": "text", ".md": "text", ".text": "text", ".jsonl": "jsonl",
                      ".json": "jsonl", ".parquet": "parquet"}
@@ -36,8 +49,9 @@ FORMATS = ("auto", "text", "jsonl", "parquet")
 class Passage:
   """One corpus document as the designer sees it."""
 
-  doc_id: str  # "<file>:<index>" or the docstring corpus id, e.g. "math.gamma"
+  doc_id: str  # "<file>:<index>" or the built-in corpus id, e.g. "sympy.ntheory.totient#0"
   text: str  # truncated to corpus.max_chars
+  origin: str = "the corpus"  # where it comes from, as the designer prompt names it
 
 
 def expand_paths(paths: str | Sequence[str]) -> list[str]:
@@ -99,8 +113,8 @@ def _read_parquet(path: str, field: str) -> list[str]:
 
 
 def read_documents(paths: str | Sequence[str], fmt: str = "auto",
-                   text_field: str = "text") -> list[tuple[str, str]]:
-  """Returns (doc_id, text) for every non-empty document of the files, in file order."""
+                   text_field: str = "text") -> list[tuple[str, str, str]]:
+  """(doc_id, text, origin) of every non-empty document of the files, in file order."""
   if fmt not in FORMATS:
     raise ValueError(f"config.corpus.format={fmt!r}; expected one of {FORMATS}")
   readers = {"text": _read_text, "jsonl": lambda p: _read_jsonl(p, text_field),
@@ -108,20 +122,22 @@ def read_documents(paths: str | Sequence[str], fmt: str = "auto",
   docs = []
   for path in expand_paths(paths):
     texts = readers[_file_format(path, fmt)](path)
-    docs.extend((f"{os.path.basename(path)}:{i}", t) for i, t in enumerate(texts) if t.strip())
+    name = os.path.basename(path)
+    docs.extend((f"{name}:{i}", t, f"the corpus file {name}") for i, t in enumerate(texts)
+                if t.strip())
   return docs
 
 
-def default_documents() -> list[tuple[str, str]]:
-  """The built-in docstring corpus (built and cached on first use)."""
-  from spade_jax.selfplay import docs_corpus  # pylint: disable=import-outside-toplevel
-  return [(d["id"], d["text"]) for d in docs_corpus.load_docstring_corpus()]
+def default_documents() -> list[tuple[str, str, str]]:
+  """The built-in science corpus as (doc_id, text, origin) (built and cached on first use)."""
+  return [(d["id"], d["text"], f"the documentation of {d['module']}")
+          for d in science_corpus.load_corpus()]
 
 
 class Corpus:
   """An endless, per-host shuffled stream of passages with a checkpointable position."""
 
-  def __init__(self, documents: Sequence[tuple[str, str]], *, seed: int = 0,
+  def __init__(self, documents: Sequence[tuple[str, str, str]], *, seed: int = 0,
                max_chars: int = 2000, shard_index: int = 0, shard_count: int = 1):
     if not 0 <= shard_index < shard_count:
       raise ValueError(f"shard_index={shard_index} must be in [0, shard_count={shard_count})")
@@ -130,13 +146,14 @@ class Corpus:
                        f"{shard_count} hosts that each need a shard")
     if max_chars < 1:
       raise ValueError(f"config.corpus.max_chars={max_chars} must be >= 1")
+    import grain  # pylint: disable=import-outside-toplevel  # imports jax: only when streaming
     self.num_documents = len(documents)
     self.shard = (shard_index, shard_count)
     shard = grain.MapDataset.source(list(documents))[shard_index::shard_count]
     self.shard_size = len(shard)
     dataset = (shard.shuffle(seed=seed)
                .repeat()
-               .map(lambda d: Passage(doc_id=d[0], text=d[1][:max_chars])))
+               .map(lambda d: Passage(doc_id=d[0], text=d[1][:max_chars], origin=d[2])))
     # In-memory documents, a few passages per refresh: no prefetch threads.
     no_prefetch = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
     self._iter = iter(dataset.to_iter_dataset(no_prefetch))
@@ -180,3 +197,43 @@ def make_corpus(corpus_config: Mapping[str, Any] | Any,
   return Corpus(docs, seed=corpus_config.seed, max_chars=corpus_config.max_chars,
                 shard_index=index, shard_count=count)
 
+
+
+def corpus_stats(documents: Sequence[tuple[str, str, str]],
+                 sources: Sequence[str] | None = None) -> dict[str, Any]:
+  """Document count, length percentiles (characters) and each source's share of documents."""
+  lengths = np.array([len(d[1]) for d in documents])
+  labels = sources if sources is not None else [d[2] for d in documents]
+  counts = collections.Counter(labels)
+  pcts = (5, 25, 50, 75, 95)
+  values = np.percentile(lengths, pcts).tolist() if len(lengths) else []
+  return {"documents": len(documents),
+          "length_percentiles": dict(zip(pcts, values, strict=False)),
+          "share": {s: n / len(documents) for s, n in counts.most_common()}}
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  parser = argparse.ArgumentParser(prog="python -m spade_jax.selfplay.corpus",
+                                   description="Statistics of the designer's corpus.")
+  parser.add_argument("command", choices=["stats"])
+  parser.add_argument("--paths", nargs="*", default=(), help="corpus files (default: built-in)")
+  parser.add_argument("--format", default="auto", choices=FORMATS)
+  parser.add_argument("--text-field", default="text")
+  args = parser.parse_args(argv)
+  if args.paths:
+    docs = read_documents(args.paths, args.format, args.text_field)
+    stats = corpus_stats(docs)
+  else:
+    rows = science_corpus.load_corpus()
+    docs = [(d["id"], d["text"], d["module"]) for d in rows]
+    stats = corpus_stats(docs, [d["source"] for d in rows])
+  print(f"documents: {stats['documents']}")
+  print("length (characters): " + ", ".join(
+      f"p{p} {v:.0f}" for p, v in stats["length_percentiles"].items()))
+  print("share per source:")
+  for source, share in stats["share"].items():
+    print(f"  {source:<24} {share:7.2%}")
+
+
+if __name__ == "__main__":
+  main()

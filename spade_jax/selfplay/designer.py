@@ -100,6 +100,7 @@ class DesignRequest:
   passage_id: str | None
   passage: str | None
   memory: tuple[prompts.MemoryView, ...] = ()
+  passage_origin: str | None = None  # where the passage comes from, named in the prompt
 
 
 @dataclasses.dataclass
@@ -136,7 +137,8 @@ def fitted_prompt(formatter: ChatFormatter, req: DesignRequest, setting: str,
   memory, passage = list(req.memory), req.passage
   while True:
     ids = formatter.prompt_ids(
-        prompts.designer_messages(req.category, passage, memory, setting, reward))
+        prompts.designer_messages(req.category, passage, memory, setting, reward,
+                                  req.passage_origin))
     if max_tokens is None or len(ids) <= max_tokens:
       return ids
     if memory:

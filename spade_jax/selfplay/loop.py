@@ -5,8 +5,11 @@ A step t (numbered from 1, like the trainer's update count and the checkpoints):
      (delayed reward), then build the next window's environment set: designer prompts
      (corpus passage, memory sample, target category) -> engine -> parse -> sandbox
      validation; replays from memory fill the budget when `fill_from_memory` is on. In
-     `fixed_envs` mode the set is drawn from the seed library and no designer runs.
-  2. the agent plays every active environment G times without and G times with the hint;
+     `fixed_envs` mode ("grpo", "rlve") the set is drawn from the seed library and no
+     designer runs; "rlve" pins each environment at a level drawn from its adaptive window
+     (selfplay/rlve.py).
+  2. the agent plays every active environment G times without and G times with the hint
+     (the fixed-env baselines play only the no-hint arm: no regret is needed);
   3. one GRPO update on the step's agent samples plus the designer samples that came due;
      the engine then samples from the new weights;
   4. every played environment is upserted into the memory with its window's statistics.
@@ -24,11 +27,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.selfplay import batching, designer, regret
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.episodes import Episode, EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 from spade_jax.selfplay.record import ARMS, EnvReport, StepRecord
+from spade_jax.selfplay.rlve import DifficultyWindows
 from spade_jax.selfplay.schedule import ActiveEnv, Curriculum, PendingDesign, split_budget
 from spade_jax.selfplay.seeding import derive_rng, derive_seed
 from spade_jax.selfplay.settings import SelfPlaySettings
@@ -48,8 +53,8 @@ class SelfPlayLoop:
   """Runs self-play steps with injected engine, sandbox pool, tokenizer and trainer.
 
   `trainer` needs `train_step(TrainBatch) -> dict[str, float]` and `params` (what the engine
-  loads after each update). `corpus` needs `take(n)` of passages with `.doc_id` / `.text`
-  and `get_state()` / `set_state()`. `library` holds the seed environments as memory
+  loads after each update). `corpus` needs `take(n)` of passages with `.doc_id`, `.text` and
+  `.origin`, and `get_state()` / `set_state()`. `library` holds the seed environments as memory
   entries (origin "seed"): the initial memory and the fixed-environment set.
   """
 
@@ -65,6 +70,11 @@ class SelfPlayLoop:
     self.memory = memory if memory is not None else EnvMemory(
         settings.memory_capacity, [dataclasses.replace(e) for e in self.library])
     self.curriculum = Curriculum(settings.k)
+    self.rlve = None
+    if settings.fixed_envs == "rlve":
+      levels = {e.uid: declared_levels(e.source) for e in self.library}
+      self.rlve = DifficultyWindows({u: n for u, n in levels.items() if n}, settings.group_size)
+    self.arms = ("no_hint",) if settings.fixed_envs else ARMS
     self.reward_fn = regret.get_designer_reward(settings.designer_reward)
     stops = tuple(tokenizer.stop_ids)
     self.designer_params = dataclasses.replace(settings.designer_sampling, stop_token_ids=stops)
@@ -76,7 +86,8 @@ class SelfPlayLoop:
     """JSON-ready host state: step, memory, curriculum window and corpus position."""
     return {"step": self.step_index, "memory": self.memory.to_state(),
             "curriculum": self.curriculum.to_state(),
-            "corpus": self.corpus.get_state() if self.corpus is not None else None}
+            "corpus": self.corpus.get_state() if self.corpus is not None else None,
+            "rlve": self.rlve.to_state() if self.rlve is not None else None}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     self.step_index = int(state["step"])
@@ -84,6 +95,8 @@ class SelfPlayLoop:
     self.curriculum = Curriculum.from_state(state["curriculum"], self.settings.k)
     if self.corpus is not None and state.get("corpus") is not None:
       self.corpus.set_state(state["corpus"])
+    if self.rlve is not None and state.get("rlve") is not None:
+      self.rlve.load_state(state["rlve"])
 
   # ------------------------------------------------------------------------- the step
   def step(self) -> StepRecord:
@@ -99,6 +112,10 @@ class SelfPlayLoop:
       self.curriculum.open_window(t, refresh.envs, refresh.designs if s.train_designer else [])
     episodes = self._play(t, timings)
     reports = self._record_play(episodes)
+    if self.rlve is not None:
+      for report in reports:
+        self.rlve.record(report.uid, report.difficulty, report.returns["no_hint"])
+      self.rlve.update()
     samples = batching.agent_samples(episodes, t, s.train_agent_on_hint_arm)
     n_agent = len(samples)
     samples += batching.designer_samples(scored) if s.train_designer else []
@@ -122,7 +139,8 @@ class SelfPlayLoop:
         agent_samples=n_agent, designer_samples=len(samples) - n_agent,
         designer_rewards=[x.reward for x in scored if x.reward is not None] if s.train_designer
         else [], dropped_episodes=sum(e.dropped for e in episodes),
-        train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory))
+        train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory),
+        memory_uids=[e.uid for e in self.memory.entries])
 
   # ------------------------------------------------------------------------- refresh
   def _categories(self, t: int) -> list[str]:
@@ -146,7 +164,7 @@ class SelfPlayLoop:
                                                             categories=[category]))
       requests.append(designer.DesignRequest(
           i, category, passage.doc_id if passage else None, passage.text if passage else None,
-          memory))
+          memory, passage.origin if passage else None))
     params = dataclasses.replace(self.designer_params, seed=derive_seed(s.seed, "designer", t))
     samples = designer.generate_designs(
         self.engine, self.pool, self.formatter, requests, params, setting=s.setting, step=t,
@@ -171,14 +189,20 @@ class SelfPlayLoop:
     return out
 
   def _fixed_envs(self, t: int) -> list[ActiveEnv]:
-    """Fixed-environment GRPO: walk a seeded permutation of the seed library."""
+    """Fixed-env baselines: walk a seeded permutation of the seed library (RLVE: at a level)."""
     s, lib = self.settings, self.library
     order = derive_rng(s.seed, "fixed").permutation(len(lib))
     n = min(s.num_envs, len(lib))
     first = ((t - 1) // s.k) * n
     picked = [lib[order[(first + i) % len(lib)]] for i in range(n)]
-    return [ActiveEnv(e.uid, "fixed", e.category, e.source, e.hint, e.max_turns, t)
-            for e in picked]
+    envs = []
+    for e in picked:
+      level = None if self.rlve is None else self.rlve.sample_level(
+          e.uid, derive_rng(s.seed, "rlve", t, e.uid))
+      source = e.source if level is None else at_level(e.source, level)
+      envs.append(ActiveEnv(e.uid, "fixed", e.category, source, e.hint, e.max_turns, t,
+                            difficulty=level))
+    return envs
 
   # ---------------------------------------------------------------------------- play
   def _play(self, t: int, timings: Timings) -> list[Episode]:
@@ -186,7 +210,7 @@ class SelfPlayLoop:
     specs = []
     for env in self.curriculum.active:
       cap = min(s.max_turns, env.max_turns) if env.max_turns else s.max_turns
-      for arm in ARMS:
+      for arm in self.arms:
         for g in range(s.group_size):
           specs.append(EpisodeSpec(
               key=(t, env.uid, arm, g), env_uid=env.uid, arm=arm, source=env.source,
@@ -222,7 +246,7 @@ class SelfPlayLoop:
           regret=None if None in win.values() else win["hint"] - win["no_hint"],
           dropped_episodes=sum(e.dropped for arm in ARMS for e in arms[arm]),
           transcript={arm: next((e.transcript() for e in kept[arm] if e.messages), "")
-                      for arm in ARMS}))
+                      for arm in ARMS}, difficulty=env.difficulty))
     return reports
 
   def _update_memory(self, t: int) -> None:

@@ -181,11 +181,15 @@ def format_memory_entry(i: int, entry: MemoryView, max_chars: int = MEMORY_SOURC
 
 
 def designer_user_message(category: str, passage: str | None,
-                          memory: Sequence[MemoryView] = ()) -> str:
-  """The designer's request: skill category, optional corpus passage and memory sample."""
+                          memory: Sequence[MemoryView] = (), origin: str | None = None) -> str:
+  """The designer's request: skill category, optional corpus passage and memory sample.
+
+  `origin` says where the passage comes from (the corpus' own `Passage.origin`, e.g. "the
+  documentation of sympy.physics.optics"), so the prompt never misnames the corpus.
+  """
   parts = []
   if passage:
-    parts.append("Here is a passage from a math and science corpus. Use an idea from it (a "
+    parts.append(f"Here is a passage from {origin or 'the corpus'}. Use an idea from it (a "
                  "concept, a law, a procedure) as the core of your environment:\n"
                  f"<passage>\n{passage.strip()}\n</passage>")
   if memory:
@@ -199,9 +203,9 @@ def designer_user_message(category: str, passage: str | None,
 
 def designer_messages(category: str, passage: str | None, memory: Sequence[MemoryView] = (),
                       setting: str = "games", reward: str = "hint_regret",
-                      ) -> list[dict[str, str]]:
+                      origin: str | None = None) -> list[dict[str, str]]:
   return [{"role": "system", "content": designer_system_prompt(setting, reward)},
-          {"role": "user", "content": designer_user_message(category, passage, memory)}]
+          {"role": "user", "content": designer_user_message(category, passage, memory, origin)}]
 
 
 def agent_system_prompt(action_format: str, hint: str | None = None,

@@ -37,6 +37,7 @@ class EnvReport:
   regret: float | None  # win_rate["hint"] - win_rate["no_hint"] this step
   dropped_episodes: int  # episodes dropped for infra errors this step
   transcript: dict[str, str]  # arm -> one rendered rollout ("" if none survived)
+  difficulty: int | None = None  # the level played (Fixed-env RLVE), None without levels
 
 
 @dataclasses.dataclass
@@ -62,6 +63,7 @@ class StepRecord:
   train_metrics: dict[str, float]
   timings: dict[str, float]  # generate_s, sandbox_s, train_s, step_s
   memory_size: int
+  memory_uids: list[str] = dataclasses.field(default_factory=list)  # after the step
 
   @property
   def valid_rate(self) -> float | None:

@@ -41,6 +41,7 @@ class ActiveEnv:
   max_turns: int | None  # the environment's own cap (None: the framework's)
   refresh_step: int
   returns: ArmReturns = dataclasses.field(default_factory=ArmReturns)
+  difficulty: int | None = None  # the level `source` is pinned at (Fixed-env RLVE)
 
   def to_state(self) -> dict:
     state = dataclasses.asdict(self)

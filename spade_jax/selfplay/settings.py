@@ -23,6 +23,7 @@ from spade_jax.selfplay.replies import check_action_format
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
 LIBRARIES = ("seeds", "probe")
+FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
 # The config path of each field whose name differs from its place under config.selfplay.
 _FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfplay.memory.capacity",
                 "memory_sample_size": "selfplay.memory.sample_size",
@@ -61,7 +62,7 @@ class SelfPlaySettings:
   use_corpus: bool = True  # ground each designer prompt in a corpus passage
   use_memory: bool = True  # show the designer a sample of the environment memory
   train_designer: bool = True  # False = frozen designer (no designer gradient)
-  fixed_envs: bool = False  # fixed-environment GRPO on the seed library, no designer
+  fixed_envs: str = ""  # one of FIXED_ENVS: "" (SPADE), "grpo" or "rlve" (seed library)
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
   # The library memory starts from: "seeds" (the setting's seed environments) or "probe" (the
@@ -90,6 +91,8 @@ class SelfPlaySettings:
              self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
     _require(self.library in LIBRARIES, field_path("library"), self.library,
              f"one of {LIBRARIES}")
+    _require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
+             f"one of {FIXED_ENVS}")
     _require(_is_number(self.invalid_designer_reward), field_path("invalid_designer_reward"),
              self.invalid_designer_reward, "a finite number")
     for name in ("action_format", "designer_reward"):
@@ -129,7 +132,7 @@ class SelfPlaySettings:
         action_format=sp.action_format, designer_reward=sp.designer_reward,
         invalid_designer_reward=sp.invalid_designer_reward,
         use_corpus=bool(sp.use_corpus), use_memory=bool(sp.use_memory),
-        train_designer=bool(sp.train_designer), fixed_envs=bool(sp.fixed_envs),
+        train_designer=bool(sp.train_designer), fixed_envs=sp.fixed_envs,
         fill_from_memory=bool(sp.fill_from_memory),
         train_agent_on_hint_arm=bool(sp.train_agent_on_hint_arm), library=sp.library,
         memory_capacity=sp.memory.capacity, memory_sample_size=sp.memory.sample_size,

@@ -1,9 +1,9 @@
 """SentencePiece BPE tokenizer for the tiny CPU model, with the Qwen3 chat format.
 
 The bundled model (assets/tiny.model, trained by scripts/train_tiny_tokenizer.py on the
-docstring corpus) has 1024 ids, equal to the "tiny" preset's vocab_size. The Qwen3 chat control
-tokens are user-defined symbols, so "<|im_start|>" in text encodes to its one id; byte fallback
-means any text encodes without <unk>; identity normalisation and no dummy prefix make
+built-in science corpus) has 1024 ids, equal to the "tiny" preset's vocab_size. The Qwen3
+chat control tokens are user-defined symbols, so "<|im_start|>" in text encodes to its one id;
+byte fallback means any text encodes without <unk>; identity normalisation and no dummy prefix make
 decode(encode(text)) == text and encode(a + b) == encode(a) + encode(b) at control tokens.
 """
 

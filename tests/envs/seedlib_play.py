@@ -29,8 +29,10 @@ def env_class(name: str) -> type:
 class Episode:
   """One episode of a seed; `act` steps it and keeps the return and the turn count."""
 
-  def __init__(self, name: str, seed: int):
+  def __init__(self, name: str, seed: int, level: int = 0):
     self.env = env_class(name)()
+    if level:
+      self.env.difficulty = level  # what envs.difficulty.at_level pins on the class
     self.obs, self.info = self.env.reset(seed)
     self.total, self.turns, self.done = 0.0, 0, False
     self.terminated = False
@@ -59,11 +61,16 @@ class Episode:
 GAME_SEEDS = (0, 1, 2, 3, 7, 11, 42, 1234)
 
 
-def check_solver_wins(name: str, solver, seeds=GAME_SEEDS) -> None:
+def levels(name: str) -> range:
+  """The seed's difficulty levels (range(1) when it declares none)."""
+  return range(getattr(env_class(name), "difficulty_levels", 1))
+
+
+def check_solver_wins(name: str, solver, seeds=GAME_SEEDS, level: int = 0) -> None:
   """`solver(episode)` must end every seed's episode with a full return, seeds differing."""
   traces = set()
   for seed in seeds:
-    ep = Episode(name, seed)
+    ep = Episode(name, seed, level)
     solver(ep)
     assert ep.terminated, (name, seed, ep.obs)
     assert 0.99 <= ep.total <= 1.0 + 1e-9, (name, seed, ep.total, ep.obs)

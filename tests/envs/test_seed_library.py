@@ -10,7 +10,7 @@ import sys
 import pytest
 from seedlib_play import env_class, seeds_by_name
 
-from spade_jax.envs import library
+from spade_jax.envs import difficulty, library
 from spade_jax.sandbox import validate
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.sandbox.pool import SandboxPool
@@ -94,6 +94,25 @@ def test_every_seed_passes_the_sandbox_validator_with_every_guard():
     results = pool.validate([s.source for s in of_kind])
     bad = {s.name: r.reason for s, r in zip(of_kind, results, strict=True) if not r.valid}
     assert not bad
+
+
+def test_every_declared_level_validates_and_differs_from_level_0():
+  leveled = {n: seeds_by_name()[n].source for n in NAMES
+             if difficulty.declared_levels(seeds_by_name()[n].source)}
+  assert len(leveled) == 24  # every game
+  sources = [difficulty.at_level(s, level) for s in leveled.values()
+             for level in range(difficulty.declared_levels(s))]
+  results = FakePool().validate(sources)
+  assert all(r.valid for r in results), [r.reason for r in results if not r.valid]
+  for name, source in leveled.items():
+    levels = difficulty.declared_levels(source)
+    assert env_class(name).difficulty_levels == levels and env_class(name).difficulty == 0
+    firsts = []
+    for level in range(levels):
+      env = env_class(name)()
+      env.difficulty = level
+      firsts.append(tuple(env.reset(s)[0] for s in range(12)))
+    assert len(set(firsts)) == levels, f"{name}: a level plays like another"
 
 
 def test_every_seed_validates_and_plays_in_the_real_sandbox():

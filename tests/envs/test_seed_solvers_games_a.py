@@ -9,7 +9,7 @@ import itertools
 import re
 
 import pytest
-from seedlib_play import check_solver_wins
+from seedlib_play import check_solver_wins, levels
 
 
 def mastermind(ep):
@@ -212,4 +212,5 @@ SOLVERS = {"mastermind": mastermind, "liar": liar, "minisudoku": minisudoku, "cl
 
 @pytest.mark.parametrize("name", sorted(SOLVERS))
 def test_hint_strategy_reaches_full_return_on_varied_episodes(name):
-  check_solver_wins(name, SOLVERS[name])
+  for level in levels(name):  # every difficulty level the seed declares
+    check_solver_wins(name, SOLVERS[name], level=level)

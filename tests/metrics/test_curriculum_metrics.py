@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from spade_jax.metrics import curriculum
@@ -47,7 +48,7 @@ def test_step_metrics_exact_values():
   assert m["curriculum/invalid/no_code_block"] == 2.0 and m["curriculum/invalid/hackable"] == 1.0
   assert m["curriculum/designed_envs"] == 1.0
   assert m["curriculum/replayed_envs"] == 2.0
-  assert m["curriculum/learnable_share"] == 1 / 6  # only d1 (0.5); budget 6, 3 unfilled
+  assert m["curriculum/learnable_share_step"] == 1 / 6  # only d1 (0.5); budget 6, 3 unfilled
   assert m["curriculum/regret_mean"] == pytest.approx((0.5 + 0.5 + 0.0) / 3)
   assert m["curriculum/diversity_vendi"] == pytest.approx(1.0)  # disjoint sources
   # d1: {0, 1, 0.25, 0.75} -> 4 levels (2 partial); seed/a: {0, 1} -> 2; seed/b: {1} -> 1.
@@ -69,7 +70,7 @@ def test_learnable_bounds_inclusive_and_unmeasured_arm():
   envs = [_env("a", "designed", [0.2], [1.0]), _env("b", "designed", [0.8], [1.0]),
           _env("c", "designed", [0.81], [1.0]), _env("d", "designed", [], [1.0])]
   m = curriculum.step_metrics(_record(envs, num_envs=4))
-  assert m["curriculum/learnable_share"] == 0.5
+  assert m["curriculum/learnable_share_step"] == 0.5
   assert m["curriculum/regret_mean"] == pytest.approx((0.8 + 0.2 + 0.19) / 3)
 
 
@@ -81,7 +82,7 @@ def test_no_generation_and_no_envs():
                                       designer_valid=0, designed_envs=0, replayed_envs=0,
                                       designer_invalid_reasons={}))
   assert not [tag for tag in m if tag.startswith("curriculum/invalid/")]
-  assert m["curriculum/learnable_share"] == 0.0
+  assert m["curriculum/learnable_share_step"] == 0.0
   for tag in ("curriculum/regret_mean", "curriculum/diversity_vendi", "agent/return_hint",
               "curriculum/formula_reveal_rate", "curriculum/reward_levels"):
     assert math.isnan(m[tag]), tag
@@ -98,3 +99,48 @@ def test_reveal_proxy():
 def test_missing_trainer_metric_is_an_error():
   with pytest.raises(KeyError, match="train_metrics.kl"):
     curriculum.step_metrics(_record([], train_metrics={"loss": 1.0, "logprob_gap": 0.0}))
+
+
+def test_windowed_learnable_share_by_hand():
+  # Window of 4 steps, budget 6 per step. Learnable envs per step: 1, 3, 0 (no valid env
+  # at all), 2 -> (1 + 3 + 0 + 2) / (4 * 6) = 0.25; the per-step values average the same
+  # here but the window sums, so an empty step weighs as a full budget of zeros.
+  learnable, other = ([0.5], [1.0]), ([1.0], [1.0])
+  steps = [[_env("a", "designed", *learnable), _env("b", "designed", *other)],
+           [_env(f"c{i}", "designed", *learnable) for i in range(3)],
+           [],
+           [_env("d", "designed", *learnable), _env("e", "designed", *learnable),
+            _env("f", "designed", *other)]]
+  window = curriculum.LearnableWindow(size=4)
+  got = [window.add(_record(envs, step=t)) for t, envs in enumerate(steps, 1)]
+  assert got[:3] == [None, None, None] and got[3] == pytest.approx(6 / 24)
+  # The next window starts from zero: step 5 alone, 2 learnable of 6.
+  assert window.add(_record(steps[1][:2], step=5)) is None
+  assert window.value() == pytest.approx(2 / 6)
+  # A budget that changes between steps weighs each step by its own budget.
+  w = curriculum.LearnableWindow(size=2)
+  w.add(_record(steps[0], step=1, num_envs=2))
+  assert w.add(_record(steps[1], step=2, num_envs=8)) == pytest.approx((1 + 3) / 10)
+
+
+def test_sentence_embedding_vendi_uses_the_given_embedder():
+  class TwoWay:  # sources starting with "x" point one way, the rest the orthogonal way
+    def embed(self, docs):
+      return np.array([[1.0, 0.0] if d.startswith("x") else [0.0, 1.0] for d in docs])
+  envs = [_env("a", "designed", [0.5], [1.0], source="x1"),
+          _env("b", "designed", [0.5], [1.0], source="x2"),
+          _env("c", "designed", [0.5], [1.0], source="y")]
+  m = curriculum.step_metrics(_record(envs), embedder=TwoWay())
+  # K/n eigenvalues 2/3 and 1/3: Vendi = exp(H) with H the entropy of (2/3, 1/3).
+  h = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
+  assert m["curriculum/diversity_vendi_embedding"] == pytest.approx(math.exp(h) / 3)
+  assert "curriculum/diversity_vendi_embedding" not in curriculum.step_metrics(_record(envs))
+
+
+def test_difficulty_mean_only_with_levels():
+  envs = [_env("a", "fixed", [1.0], []), _env("b", "fixed", [0.0], []),
+          _env("c", "fixed", [0.0], [])]
+  envs[0].difficulty, envs[1].difficulty = 2, 1  # c declares no levels
+  assert curriculum.step_metrics(_record(envs))["curriculum/difficulty_mean"] == 1.5
+  envs[0].difficulty = envs[1].difficulty = None
+  assert "curriculum/difficulty_mean" not in curriculum.step_metrics(_record(envs))

@@ -45,7 +45,8 @@ def test_writes_scalars_text_and_progress(tmp_path):
   assert [(s, float(v)) for s, v in events["curriculum/valid_rate"]] == [
       (1, 0.25), (2, 0.25), (3, 1.0)]  # carried forward on the non-refresh step
   assert [s for s, _ in events["train/loss"]] == [1, 2, 3]
-  assert float(events["curriculum/learnable_share"][0][1]) == 0.5
+  assert float(events["curriculum/learnable_share_step"][0][1]) == 0.5
+  assert "curriculum/learnable_share" not in events  # the 16-step window has not closed
   assert b"count the vowels" in events["envs/0"][0][1].item()
   assert b"(hinted)" in events["rollouts/hint"][0][1].item()
   assert b"no hint: 3" in events["designer/invalid_reasons"][0][1].item()
@@ -75,3 +76,22 @@ def test_eta_counts_skipped_steps(tmp_path):
   logger.write(_record(4, False, 0, 0))  # 8 s for 2 steps
   logger.close()
   assert out.getvalue().splitlines()[1].endswith("ETA 0m24s")  # 6 steps x 4 s
+
+
+def test_windowed_learnable_share_counts_unlogged_steps(tmp_path):
+  # 20 steps; each has 1 learnable env of a budget of 2. Steps 1..16 are only observed (not
+  # logged) except step 8; the window closes at 16, the last partial window at 20.
+  logger = StepLogger(tmp_path, num_steps=20, stream=io.StringIO())
+  shares = {}
+  for t in range(1, 21):
+    record = _record(t, t == 1, 1 if t == 1 else 0, 1 if t == 1 else 0)
+    if t == 8:
+      logger.write(record)
+    share = logger.observe(record)
+    if share is not None:
+      shares[t] = share
+  logger.close()
+  assert shares == {16: 0.5, 20: 0.5}
+  events = _read(str(tmp_path / "tb"))
+  assert [(s, float(v)) for s, v in events["curriculum/learnable_share"]] == [(16, 0.5),
+                                                                              (20, 0.5)]

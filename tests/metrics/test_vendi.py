@@ -1,10 +1,11 @@
-"""Vendi score / n on hand-computable cases."""
+"""Vendi score / n on hand-computable cases, and the fixed reference embedding."""
 
 import math
 
 import numpy as np
 import pytest
 
+from spade_jax.envs.library import load_seed_library
 from spade_jax.metrics import vendi
 
 
@@ -16,7 +17,8 @@ def test_identical_sources_give_one_over_n():
 
 def test_disjoint_vocabularies_are_orthogonal():
   sources = ["alpha beta gamma", "delta epsilon", "zeta eta theta iota"]
-  assert vendi.vendi_per_n(sources) == pytest.approx(1.0, abs=1e-9)
+  embedder = vendi.TfidfLsa(sources)
+  assert vendi.vendi_per_n(sources, embedder) == pytest.approx(1.0, abs=1e-9)
 
 
 def test_two_documents_at_known_angle():
@@ -27,23 +29,71 @@ def test_two_documents_at_known_angle():
   assert vendi.vendi_score(emb) == pytest.approx(math.exp(-np.sum(lam * np.log(lam))), rel=1e-9)
 
 
-def test_tfidf_by_hand():
-  # docs "a a b", "a c": tf = 1 + log(count); idf = log((1 + 2) / (1 + df)) + 1.
-  x = vendi.tfidf(["a a b", "a c"])  # vocab [a, b, c]
+def test_tfidf_by_hand_with_the_reference_idf_and_unknown_tokens():
+  # reference "a a b", "a c": tf = 1 + log(count); idf = log((1 + 2) / (1 + df)) + 1.
+  embedder = vendi.TfidfLsa(["a a b", "a c"])  # vocab [a, b, c]
+  x, oov = embedder.tfidf(["a a b", "a z z"])
   idf_a, idf_bc = 1.0, math.log(1.5) + 1.0
   row0 = np.array([(1 + math.log(2)) * idf_a, idf_bc, 0.0])
-  row1 = np.array([idf_a, 0.0, idf_bc])
   np.testing.assert_allclose(x[0], row0 / np.linalg.norm(row0), rtol=1e-12)
-  np.testing.assert_allclose(x[1], row1 / np.linalg.norm(row1), rtol=1e-12)
+  assert not oov[0].any()
+  # "a z z": a in vocabulary (weight 1 * idf 1); z unknown: weight 1 + log 2 times the
+  # largest idf log(1 + 2) + 1, in its hash bucket.
+  w_z = (1 + math.log(2)) * (math.log(3) + 1)
+  norm = math.sqrt(1 + w_z * w_z)
+  np.testing.assert_allclose(x[1], [1 / norm, 0, 0], rtol=1e-12)
+  expected = np.zeros(vendi.OOV_BUCKETS)
+  expected[vendi.oov_bucket("z")] = w_z / norm
+  np.testing.assert_allclose(oov[1], expected, rtol=1e-12)
 
 
-def test_lsa_keeps_cosines_and_truncates_dims():
-  x = vendi.tfidf(["a b", "b c", "c d e", "a e"])
-  z = vendi.lsa(x, dims=128)
-  assert z.shape == (4, 4)  # min(128, rank)
+def test_lsa_keeps_cosines_of_the_reference_and_truncates_dims():
+  reference = ["a b", "b c", "c d e", "a e"]
+  full = vendi.TfidfLsa(reference, dims=128)
+  assert full.dims == 4  # min(128, rank)
+  x, _ = full.tfidf(reference)
+  z = full.embed(reference)
   np.testing.assert_allclose(z @ z.T, x @ x.T, atol=1e-10)
-  assert vendi.lsa(x, dims=2).shape == (4, 2)
+  assert vendi.TfidfLsa(reference, dims=2).dims == 2
+
+
+def test_reference_embedding_is_fixed_so_steps_compare():
+  embedder = vendi.reference_embedder()
+  assert embedder.dims == vendi.LSA_DIMS  # the seed chunks have rank >= 128
+  seeds = [s.source for s in load_seed_library()]
+  alone = embedder.embed(seeds[:1])
+  with_others = embedder.embed(seeds[:5])
+  np.testing.assert_allclose(alone[0], with_others[0], atol=1e-12)
+  assert vendi.reference_embedder() is embedder  # fitted once per process
+
+
+def test_unknown_words_are_neither_zero_nor_all_alike():
+  z = vendi.reference_embedder().embed(["qwertyuiop", "asdfghjkl"])
+  assert vendi.oov_bucket("qwertyuiop") != vendi.oov_bucket("asdfghjkl")
+  np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0)
+  assert abs(z[0] @ z[1]) < 1e-12
+
+
+def test_missing_sentence_transformers_is_a_clear_error(monkeypatch):
+  import sys
+  monkeypatch.setitem(sys.modules, "sentence_transformers", None)
+  with pytest.raises(ImportError, match="embedding_model='/models/minilm'.*sentence-transformers"):
+    vendi.SentenceEmbedder("/models/minilm")
 
 
 def test_empty_set_is_nan():
   assert math.isnan(vendi.vendi_per_n([]))
+
+
+def test_metrics_settings_check_the_model_directory(tmp_path):
+  from spade_jax.config_schema import base_config
+  from spade_jax.metrics.settings import MetricsSettings
+  assert MetricsSettings.from_config(base_config()).embedder() is None  # off by default
+  with pytest.raises(ValueError, match="embedding_model='/no/such/model' is not a directory"):
+    MetricsSettings("/no/such/model")
+  assert MetricsSettings(str(tmp_path)).embedding_model == str(tmp_path)
+  from spade_jax.config_schema import ConfigError, validate
+  config = base_config()
+  config.metrics.embedding_model = "/no/such/model"
+  with pytest.raises(ConfigError, match="embedding_model='/no/such/model'"):
+    validate(config)  # at launch, before anything is built

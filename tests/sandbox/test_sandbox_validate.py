@@ -86,3 +86,19 @@ def test_check_cli(tmp_path):
   usage = subprocess.run([sys.executable, "-m", "spade_jax.sandbox.check"], capture_output=True,
                          timeout=60)
   assert usage.returncode == 2
+
+
+def test_difficulty_levels_are_checked_in_the_sandbox(pool):
+  leveled = contract.EXAMPLE_ENV.replace(
+      "  max_turns = 6\n", "  max_turns = 6\n  difficulty_levels = 3\n  difficulty = 0\n")
+  sources = [leveled, leveled.replace("levels = 3", "levels = 1"),
+             leveled.replace("levels = 3", "levels = '3'"),
+             leveled.replace("levels = 3", f"levels = {contract.MAX_DIFFICULTY_LEVELS + 1}")]
+  fake, real = FakePool(max_turns=8).validate(sources), pool.validate(sources)
+  assert fake == real
+  assert real[0].valid and real[0].difficulty_levels == 3
+  assert FakePool(max_turns=8).validate([contract.EXAMPLE_ENV])[0].difficulty_levels is None
+  for result in real[1:]:
+    assert not result.valid
+    assert result.reason.startswith("types: difficulty_levels must be an int from 2 to 10")
+  assert "difficulty_levels" in contract.CONTRACT_TEXT

@@ -157,9 +157,12 @@ def test_no_valid_env_and_no_fill_plays_nothing():
 
 
 def test_fixed_envs_play_the_seed_library_without_designer():
-  loop, policy = make_loop(fixed_envs=True)
+  loop, policy = make_loop(fixed_envs="grpo")
   records = run(loop, 3)
   assert not policy.designer_calls
+  # No hint arm: regret is not needed without a designer.
+  assert all(not e.returns["hint"] and len(e.returns["no_hint"]) == 2
+             for r in records for e in r.envs)
   assert [sorted(e.uid for e in r.envs) for r in records] == [["seed/S1", "seed/S2"]] * 3
   assert all(e.origin == "fixed" for r in records for e in r.envs)
   assert [r.replayed_envs for r in records] == [2, 2, 2]
@@ -282,7 +285,7 @@ def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   settings = dataclasses.replace(SelfPlaySettings.from_config(module.get_config()), num_envs=2,
-                                 group_size=2, fixed_envs=True, max_cache_len=None)
+                                 group_size=2, fixed_envs="grpo", max_cache_len=None)
   library = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
              for s in load_seed_library(kind="tool_use")]
 
@@ -304,5 +307,6 @@ def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
   assert len(record.envs) == 2 and record.dropped_episodes == 0
   for env in record.envs:
     assert "[tool]\n" in env.transcript["no_hint"] and "All done." in env.transcript["no_hint"]
-    assert all(len(r) >= 2 for r in env.step_rewards.values())  # a tool turn, then a reply
+    assert len(env.step_rewards["no_hint"]) >= 2  # a tool turn, then a reply
+    assert not env.step_rewards["hint"]  # the fixed-env baseline plays no hint arm
   assert loop.trainer.batches and (loop.trainer.batches[-1].roles == AGENT).all()

@@ -40,3 +40,10 @@ def test_agent_prompt_states_the_action_format_and_only_the_hint_arm_sees_the_hi
   assert hinted.startswith(plain) and hinted.endswith("sort first")
   tools = prompts.agent_system_prompt("<action>{}</action>", tools=True)
   assert "several tools in one reply" in tools and "<action>" not in tools
+
+
+def test_the_prompt_names_the_passage_origin():
+  text = prompts.designer_user_message("induction", "Totients count coprimes.", (),
+                                       "the documentation of sympy.ntheory")
+  assert "a passage from the documentation of sympy.ntheory." in text
+  assert "math and science corpus" not in prompts.designer_user_message("induction", "x", ())

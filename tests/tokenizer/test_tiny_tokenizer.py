@@ -1,13 +1,8 @@
-"""The bundled SentencePiece tokenizer, the loader and the docstring corpus it is trained on."""
-
-import json
-import subprocess
-import sys
+"""The bundled SentencePiece tokenizer and the loader."""
 
 import pytest
 
 from spade_jax.model import get_preset
-from spade_jax.selfplay import docs_corpus
 from spade_jax.tokenizer import (
   CHAT_SPECIAL_TOKENS,
   SentencePieceTokenizer,
@@ -62,7 +57,7 @@ def test_chat_concatenates_per_turn(tiny):
 
 
 def test_compression_on_corpus_text(tiny):
-  text = "Compute the eigenvalues and right eigenvectors of a square array."
+  text = "Compute the eigenvalues of a complex Hermitian or real symmetric matrix."  # in corpus
   assert len(tiny.encode(text)) < len(text) / 2.5
 
 
@@ -75,21 +70,3 @@ def test_load_tokenizer_paths(tmp_path):
   (tmp_path / "tokenizer.json").write_text("{}")
   with pytest.raises(ValueError, match="tokenizer.json: cannot be parsed"):
     load_tokenizer(tmp_path)
-
-
-def test_docstring_corpus_cached_and_deterministic(tmp_path):
-  docs = docs_corpus.load_docstring_corpus(tmp_path)
-  assert len(docs) > 500
-  assert {d["source"] for d in docs} >= {"jax.numpy", "jax.scipy.special", "jax.scipy.stats",
-                                         "numpy", "math", "statistics"}
-  assert all(len(d["text"]) >= docs_corpus.MIN_CHARS for d in docs)
-  assert len({d["id"] for d in docs}) == len(docs)
-  (cache,) = tmp_path.glob("docstrings-*.jsonl")
-  assert [json.loads(line) for line in cache.read_text().splitlines()] == docs
-  assert docs_corpus.load_docstring_corpus(tmp_path) == docs
-
-
-def test_docs_corpus_import_does_not_import_jax():
-  code = "import sys, spade_jax.selfplay.docs_corpus; print('jax' in sys.modules)"
-  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-  assert out.stdout.strip() == "False"

@@ -7,13 +7,16 @@ class CountdownNumbers:
   """Each step merges two numbers with + - * /; closeness pays when numbers run out."""
 
   max_turns = 6
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      a, b = rng.randint(3, 12), rng.randint(3, 12)
-      c, d = rng.randint(2, 25), rng.randint(2, 25)
+      hi, lo = 12 + 6 * self.difficulty, 25 * (1 + self.difficulty)  # bigger numbers
+      a, b = rng.randint(3, hi), rng.randint(3, hi)
+      c, d = rng.randint(2, lo), rng.randint(2, lo)
       self.target = a * b + c - d
       self.numbers = [a, b, c, d]
       self.recipe = (a, b, c, d)

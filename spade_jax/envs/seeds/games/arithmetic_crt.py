@@ -7,10 +7,12 @@ class RemainderOracle:
   """`mod M` reveals the hidden number modulo M (2..12); fewer queries score more."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.limit = rng.randint(300, 924)
+    self.limit = rng.randint(300 + 250 * self.difficulty, 924)  # more candidates
     self.secret = rng.randrange(self.limit)
     self.asked = {}
     self.turn, self.total, self.done = 0, 0.0, False

@@ -7,6 +7,8 @@ class MagicSquare:
   """Rows, columns and both diagonals share one sum. Each correct cell pays 1/6."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   # Every 3x3 magic square is centre c plus offsets a, b in this pattern: (c, a, b) weights.
   PATTERN = [[(1, 0, -1), (1, 1, 1), (1, -1, 0)],
              [(1, -1, 1), (1, 0, 0), (1, 1, -1)],
@@ -15,7 +17,9 @@ class MagicSquare:
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      c, a, b = rng.randint(8, 30), rng.randint(-7, 7), rng.randint(-7, 7)
+      spread = 7 + 6 * self.difficulty  # larger, more spread-out numbers
+      c = rng.randint(8, 30 + 30 * self.difficulty)
+      a, b = rng.randint(-spread, spread), rng.randint(-spread, spread)
       values = [c * w0 + a * w1 + b * w2 for row in self.PATTERN for w0, w1, w2 in row]
       if len(set(values)) == 9 and min(values) > 0:
         break

@@ -7,11 +7,13 @@ class PriceDiscovery:
   """`buy` reveals the total of a basket; fewer baskets before answering score more."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   ITEMS = ["apple", "bread", "cheese", "dates", "eggs", "figs", "grapes", "honey", "jam"]
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.items = rng.sample(self.ITEMS, rng.choice([3, 4]))
+    self.items = rng.sample(self.ITEMS, rng.choice([3, 4][self.difficulty:]))  # more items
     self.prices = [rng.randint(1, 99) for _ in self.items]
     self.baskets = 0
     self.turn, self.total, self.done = 0, 0.0, False

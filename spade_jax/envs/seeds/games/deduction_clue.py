@@ -7,6 +7,8 @@ class ClueMystery:
   """Suggestions are refuted by opponents who show one matching card."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   CATEGORIES = {
       "suspect": ["Plum", "Scarlet", "Mustard", "Peacock", "Green", "White"],
       "weapon": ["rope", "knife", "candlestick", "wrench", "pipe", "revolver"],
@@ -15,20 +17,23 @@ class ClueMystery:
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.cards = {cat: rng.sample(names, 4) for cat, names in self.CATEGORIES.items()}
+    sizes = {"suspect": 4 + self.difficulty, "weapon": 4, "room": 4}  # more suspects
+    self.cards = {cat: rng.sample(names, sizes[cat]) for cat, names in self.CATEGORIES.items()}
     self.answer = {cat: rng.choice(names) for cat, names in self.cards.items()}
     self.hand = [rng.choice([n for n in names if n != self.answer[cat]])
                  for cat, names in self.cards.items()]
     rest = [n for names in self.cards.values() for n in names
             if n not in self.hand and n not in self.answer.values()]
     rng.shuffle(rest)
-    self.opponents = {"North": rest[:3], "East": rest[3:]}
+    self.opponents = {"North": rest[:len(rest) // 2], "East": rest[len(rest) // 2:]}
+    north, east = (len(held) for held in self.opponents.values())
+    holdings = f"{north} cards each" if north == east else f"{north} and {east} cards"
     self.rng = rng
     self.turn, self.total, self.done = 0, 0.0, False
     lines = [f"  {cat}s: {', '.join(names)}" for cat, names in self.cards.items()]
     obs = ("A murder mystery. One suspect, one weapon and one room are hidden in the envelope; "
            "every other card is held by a player.\n" + "\n".join(lines) +
-           f"\nYour cards: {', '.join(self.hand)}. Opponents North and East hold 3 cards each. "
+           f"\nYour cards: {', '.join(self.hand)}. Opponents North and East hold {holdings}. "
            "When you suggest, the first opponent (North, then East) holding any named card shows "
            "you one of them. Actions: suggest SUSPECT WEAPON ROOM | accuse SUSPECT WEAPON ROOM. "
            f"One accusation ends the game; {self.max_turns} actions in all.")

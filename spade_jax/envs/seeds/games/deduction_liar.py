@@ -7,12 +7,14 @@ class LyingThief:
   """One suspect stole the jewels. Each statement is revealed only when asked."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   NAMES = ["Ada", "Ben", "Cleo", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea"]
   ACCUSE_REWARDS = (1.0, 0.4, 0.2)
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.suspects = rng.sample(self.NAMES, rng.choice([4, 5]))
+    self.suspects = rng.sample(self.NAMES, rng.choice([4, 5]) + self.difficulty)
     while True:
       self.thief = rng.choice(self.suspects)
       self.statements = {s: self._random_statement(rng, s) for s in self.suspects}

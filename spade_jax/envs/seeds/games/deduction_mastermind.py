@@ -7,11 +7,13 @@ class Mastermind:
   """Each guess is scored as (exact, misplaced); progress in exact hits pays a little."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     self.length = 3
-    self.symbols = rng.choice([5, 6])
+    self.symbols = rng.choice([5, 6]) + self.difficulty  # more symbols
     self.code = [rng.randint(1, self.symbols) for _ in range(self.length)]
     self.turn, self.total, self.best, self.done = 0, 0.0, 0, False
     obs = (f"A secret code of {self.length} digits, each from 1 to {self.symbols} (repeats "

@@ -7,10 +7,13 @@ class MiniSudoku:
   """A 4x4 grid; rows, columns and 2x2 boxes hold 1-4 once. Each correct cell pays."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   BLANKS = 6
 
   def reset(self, seed=None):
     rng = random.Random(seed)
+    self.blanks = self.BLANKS + self.difficulty  # more blank cells
     digits = rng.sample([1, 2, 3, 4], 4)
     rows = rng.sample([0, 1], 2) + rng.sample([2, 3], 2)
     if rng.random() < 0.5:
@@ -20,7 +23,7 @@ class MiniSudoku:
     self.solution = [[digits[base[r][c] - 1] for c in cols] for r in rows]
     cells = [(r, c) for r in range(4) for c in range(4)]
     while True:
-      blanks = set(rng.sample(cells, self.BLANKS))
+      blanks = set(rng.sample(cells, self.blanks))
       grid = [[0 if (r, c) in blanks else self.solution[r][c] for c in range(4)] for r in range(4)]
       if self._singles_solve(grid):
         break
@@ -31,7 +34,7 @@ class MiniSudoku:
            f"exactly once. Blank cells are '.', rows and columns are numbered 1-4.\n"
            f"{self._show()}\nAction format: set ROW COL VALUE (e.g. set 2 3 4). Each correct "
            f"cell scores; a wrong value is rejected. {self.max_turns} actions.")
-    return obs, {"blanks": self.BLANKS}
+    return obs, {"blanks": self.blanks}
 
   def _candidates(self, grid, r, c):
     box = {grid[i][j] for i in range(r // 2 * 2, r // 2 * 2 + 2)
@@ -77,7 +80,7 @@ class MiniSudoku:
     self.grid[r - 1][c - 1] = v
     solved = all(all(row) for row in self.grid)
     note = "Solved!" if solved else "Correct."
-    return self._finish(f"{note}\n{self._show()}", 1.0 / self.BLANKS, solved)
+    return self._finish(f"{note}\n{self._show()}", 1.0 / self.blanks, solved)
 
   def oracle_actions(self):
     """The actions that solve this instance, computed from the hidden state."""

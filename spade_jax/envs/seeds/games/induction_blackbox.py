@@ -7,15 +7,18 @@ class BlackBoxPolynomial:
   """A hidden integer polynomial of degree <= 3; each correct prediction pays a third."""
 
   max_turns = 6
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     degree = rng.choice([2, 3])
     while True:
-      self.coeffs = [rng.randint(-6, 6) for _ in range(degree + 1)]
+      size = 6 + 6 * self.difficulty  # larger coefficients and points
+      self.coeffs = [rng.randint(-size, size) for _ in range(degree + 1)]
       if self.coeffs[-1] != 0:
         break
-    self.points = sorted(rng.sample(range(5, 13), 3))
+    self.points = sorted(rng.sample(range(5, 13 + 10 * self.difficulty), 3))
     self.answered = {}
     self.turn, self.total, self.done = 0, 0.0, False
     obs = (f"A machine computes a hidden function f of an integer x. Actions: query X (shows "

@@ -7,6 +7,8 @@ class CipherOracle:
   """The oracle encrypts at most two letters per query; each decoded word pays a third."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   WORDS = ["apple", "river", "stone", "cloud", "tiger", "maple", "ocean", "piano", "honey",
            "lemon", "night", "quiet", "sugar", "zebra", "wheat", "frost", "grape", "jolly",
            "knife", "vivid", "pearl", "ruby", "wolf", "mango", "cable", "drift", "ember",
@@ -20,8 +22,12 @@ class CipherOracle:
     self.solved = [False] * 3
     self.turn, self.total, self.done = 0, 0.0, False
     secret = " ".join(self._encrypt(w) for w in self.words)
+    self.query = 2 - self.difficulty  # letters the machine takes per query (fewer: harder)
+    self.usage = ("encrypt XY", "one or two letters") if self.query == 2 else (
+        "encrypt X", "one letter")
+    usage = f"{self.usage[0]} (encrypts {self.usage[1]})"
     obs = (f"An intercepted message of three words: {secret.upper()}. You may use the enemy's "
-           f"encryption machine. Actions: encrypt XY (encrypts one or two letters) | answer N "
+           f"encryption machine. Actions: {usage} | answer N "
            f"WORD (your decoding of word N = 1, 2 or 3). Each correct word scores a third; wrong "
            f"answers may be retried. {self.max_turns} actions.")
     return obs, {}
@@ -41,13 +47,13 @@ class CipherOracle:
     if self.done:
       return "The episode is over.", 0.0, True, False, {}
     text = str(action).strip().lower()
-    enc = re.fullmatch(r"encrypt\s+([a-z]{1,2})", text)
+    enc = re.fullmatch(rf"encrypt\s+([a-z]{{1,{self.query}}})", text)
     ans = re.fullmatch(r"answer\s+([1-3])\s+([a-z]+)", text)
     if enc:
       return self._finish(f"{enc.group(1)} -> {self._encrypt(enc.group(1)).upper()}", 0.0, False)
     if not ans:
-      return self._finish(f"Could not parse {text[:40]!r}. Use: encrypt XY (one or two letters) "
-                          "or answer N WORD.", 0.0, False)
+      return self._finish(f"Could not parse {text[:40]!r}. Use: {self.usage[0]} "
+                          f"({self.usage[1]}) or answer N WORD.", 0.0, False)
     index, word = int(ans.group(1)) - 1, ans.group(2)
     if self.solved[index]:
       return self._finish(f"Word {index + 1} is already decoded.", 0.0, False)

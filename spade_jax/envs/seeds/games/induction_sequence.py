@@ -7,16 +7,21 @@ class NextTerm:
   """Predict four terms one at a time; each correct prediction pays a quarter."""
 
   max_turns = 6
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   ROUNDS = 4
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      p, q = rng.choice([-3, -2, 2, 3]), rng.randint(-6, 6)
+      steeper = [s * (3 + k) for k in range(1, self.difficulty + 1) for s in (-1, 1)]
+      ratios = [-3, -2, 2, 3] + steeper
+      p, q = rng.choice(ratios), rng.randint(-6, 6)  # steeper growth at higher levels
       terms = [rng.randint(-5, 9)]
       for _ in range(2 + self.ROUNDS):
         terms.append(p * terms[-1] + q)
-      if len(set(terms)) == len(terms) and max(abs(t) for t in terms) < 5000:
+      bound = 5000 * 20 ** self.difficulty
+      if len(set(terms)) == len(terms) and max(abs(t) for t in terms) < bound:
         break
     self.terms, self.shown = terms, 3
     self.turn, self.total, self.done = 0, 0.0, False

@@ -7,6 +7,8 @@ class SecretRule:
   """One rule from a shown menu is secret; tests answer yes/no. Early correct guesses pay most."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   RULES = {
       "strictly increasing": lambda t: t[0] < t[1] < t[2],
       "all even": lambda t: all(v % 2 == 0 for v in t),
@@ -23,7 +25,7 @@ class SecretRule:
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.menu = rng.sample(sorted(self.RULES), 7)
+    self.menu = rng.sample(sorted(self.RULES), 7 + self.difficulty)  # longer menu
     self.secret = rng.choice(self.menu)
     triples = [(a, b, c) for a in range(1, 13) for b in range(1, 13) for c in range(1, 13)]
     passing = [t for t in triples if self.RULES[self.secret](t)]

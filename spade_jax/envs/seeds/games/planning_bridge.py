@@ -7,12 +7,14 @@ class BridgeTorch:
   """At most two cross at a time, carrying the one torch, at the slower walker's pace."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   NAMES = ["Ann", "Bob", "Cat", "Dan", "Eve", "Fox", "Gil", "Ivy", "Jay", "Kim"]
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      times = sorted(rng.sample(range(1, 16), 4))
+      times = sorted(rng.sample(range(1, 16 + 15 * self.difficulty), 4))  # larger times
       a, b, c, d = times
       if 2 * b < a + c:
         break

@@ -7,6 +7,8 @@ class ScrambledHanoi:
   """Disks start scattered over three pegs; settling the big disks first pays."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   PEGS = "ABC"
 
   def reset(self, seed=None):
@@ -15,7 +17,7 @@ class ScrambledHanoi:
       self.pos = {d: rng.choice(self.PEGS) for d in (1, 2, 3)}
       self.target = rng.choice(self.PEGS)
       self.optimal = len(self._plan(dict(self.pos)))
-      if 4 <= self.optimal <= 7:
+      if (4, 6)[self.difficulty] <= self.optimal <= 7:  # longer plans at level 1
         break
     self.settled = self._settled()
     self.turn, self.moves, self.total, self.done = 0, 0, 0.0, False

@@ -8,15 +8,19 @@ class WaterJugs:
   """Fill, empty and pour until one jug holds the target; fewer moves score more."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      self.cap = {"A": rng.randint(3, 9), "B": rng.randint(4, 13)}
+      more = 4 * self.difficulty  # larger jugs and longer plans at level 1
+      self.cap = {"A": rng.randint(3, 9 + more), "B": rng.randint(4, 13 + more)}
       self.target = rng.randint(1, max(self.cap.values()) - 1)
       plan = self._plan()
       self.optimal = None if plan is None else len(plan)
-      if self.cap["A"] != self.cap["B"] and self.optimal is not None and 3 <= self.optimal <= 6:
+      fits = self.optimal is not None and 3 + self.difficulty <= self.optimal <= 6
+      if self.cap["A"] != self.cap["B"] and fits:
         break
     self.water = {"A": 0, "B": 0}
     self.turn, self.moves, self.total, self.done = 0, 0, 0.0, False

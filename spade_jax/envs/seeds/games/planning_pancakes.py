@@ -7,13 +7,15 @@ class PancakeFlip:
   """Each pancake newly settled at the bottom pays; a sorted stack pays the rest."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   SIZE = 5
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
       self.stack = rng.sample(range(1, self.SIZE + 1), self.SIZE)
-      if len(self.oracle_actions()) >= 4:
+      if len(self.oracle_actions()) >= 4 + self.difficulty:  # more flips needed
         break
     self.best = self._settled()
     self.turn, self.total, self.done = 0, 0.0, False

@@ -8,10 +8,12 @@ class CounterfeitCoin:
   """Weighings compare two groups; using no more weighings than needed earns full marks."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.count = rng.randint(14, 27)
+    self.count = rng.randint(*((14, 27), (28, 81), (82, 243))[self.difficulty])  # more coins
     self.fake = rng.randint(1, self.count)
     self.heavy = rng.random() < 0.5
     self.budget = math.ceil(math.log(self.count, 3) - 1e-9)

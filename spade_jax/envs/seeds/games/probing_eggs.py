@@ -7,10 +7,12 @@ class EggDrop:
   """A broken egg is gone; a survivor can be reused. Only the final answer scores."""
 
   max_turns = 8
+  difficulty_levels = 2  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.floors = rng.randint(15, 28)
+    self.floors = rng.randint((15, 21)[self.difficulty], 28)  # taller buildings
     self.safe = rng.randint(0, self.floors)
     self.eggs, self.drops = 2, 0
     self.budget = next(d for d in range(1, 30) if d * (d + 1) // 2 >= self.floors)

@@ -8,10 +8,12 @@ class SwitchBoard:
   """`set` flips switches and shows lit bulbs; few experiments before answering pay most."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.n = rng.randint(5, 8)
+    self.n = rng.randint(*((5, 8), (9, 16), (17, 32))[self.difficulty])  # more switches
     self.wiring = rng.sample(range(1, self.n + 1), self.n)  # switch i -> bulb wiring[i-1]
     self.budget = math.ceil(math.log2(self.n))
     self.tests = 0

@@ -8,16 +8,19 @@ class RollingDie:
   """Only the top face is reported; the other faces must be tracked mentally."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   ROLLS = {"north": (0, 1), "south": (0, -1), "east": (1, 0), "west": (-1, 0)}
 
   def reset(self, seed=None):
     rng = random.Random(seed)
     while True:
-      self.goal = (rng.randint(-2, 2), rng.randint(-2, 2))
+      reach = 2 + 2 * self.difficulty  # farther goals, longer rolls
+      self.goal = (rng.randint(-reach, reach), rng.randint(-reach, reach))
       self.goal_top = rng.randint(1, 6)
       plan = self._plan()
       self.optimal = None if plan is None else len(plan)
-      if self.optimal is not None and 3 <= self.optimal <= 5:
+      if self.optimal is not None and 3 + self.difficulty <= self.optimal <= 5 + self.difficulty:
         break
     self.die, self.pos = (1, 2, 3), (0, 0)
     self.turn, self.moves, self.total, self.visited, self.done = 0, 0, 0.0, False, False

@@ -7,10 +7,13 @@ class TreasureDetector:
   """`probe` reads the detector at a cell; `dig` ends the hunt. Fewer actions score more."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
 
   def reset(self, seed=None):
     rng = random.Random(seed)
-    self.width, self.height = rng.randint(8, 14), rng.randint(8, 14)
+    low, high = 8 + 6 * self.difficulty, 14 + 6 * self.difficulty  # larger fields
+    self.width, self.height = rng.randint(low, high), rng.randint(low, high)
     self.treasure = (rng.randrange(self.width), rng.randrange(self.height))
     self.turn, self.actions, self.total, self.done = 0, 0, 0.0, False
     obs = (f"A treasure is buried in a {self.width} x {self.height} field; x runs "

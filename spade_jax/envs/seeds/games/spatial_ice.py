@@ -8,6 +8,8 @@ class IceSlide:
   """Each move slides until blocked; getting closer (in moves) pays a little."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   SIZE = 7
   DIRS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
@@ -18,7 +20,7 @@ class IceSlide:
       picks = rng.sample(cells, 12)
       self.rocks, self.start, self.goal = set(picks[2:]), picks[0], picks[1]
       self.dist = self._distances()
-      if 3 <= self.dist.get(self.start, 99) <= 6:
+      if 3 + self.difficulty <= self.dist.get(self.start, 99) <= 6 + self.difficulty:
         break
     self.pos = self.start
     self.best = self.dist[self.start]

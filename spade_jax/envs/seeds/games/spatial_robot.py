@@ -7,6 +7,8 @@ class RotatedRobot:
   """Commands are turned by a hidden multiple of 90 degrees; few moves score most."""
 
   max_turns = 8
+  difficulty_levels = 3  # reset scales with self.difficulty (0 = easiest)
+  difficulty = 0
   DIRS = {"north": (0, 1), "east": (1, 0), "south": (0, -1), "west": (-1, 0)}
   ORDER = ["north", "east", "south", "west"]
 
@@ -14,8 +16,10 @@ class RotatedRobot:
     rng = random.Random(seed)
     self.rotation = rng.choice([1, 2, 3])
     while True:
-      self.goal = (rng.randint(-6, 6), rng.randint(-6, 6))
-      if self.goal[0] and self.goal[1] and abs(self.goal[0]) + abs(self.goal[1]) >= 4:
+      reach = 6 + self.difficulty  # farther goals
+      self.goal = (rng.randint(-reach, reach), rng.randint(-reach, reach))
+      far = abs(self.goal[0]) + abs(self.goal[1]) >= 4 + 2 * self.difficulty
+      if self.goal[0] and self.goal[1] and far:
         break
     self.pos = (0, 0)
     self.turn, self.moves, self.total, self.best, self.done = 0, 0, 0.0, self._dist(), False
