@@ -345,7 +345,10 @@ def main() -> None:
       write_inputs(path, cfg.vocab_size, RL)
       flops = (_forward_flops_per_token(cfg, (SEQ - PROMPT) / SEQ),  # ours, transformers
                _forward_flops_per_token(cfg, (SEQ - PROMPT + 1) / SEQ))
-      result[name] = {p: _compare(path, args.iters, args.rounds, p, flops) for p in precisions}
+      result[name] = {}
+      for p in precisions:
+        result[name][p] = _compare(path, args.iters, args.rounds, p, flops)
+        print(json.dumps({name: {p: result[name][p]}}), file=sys.stderr, flush=True)  # progress
   print(json.dumps(result))
 
 
