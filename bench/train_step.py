@@ -15,7 +15,7 @@ to a frozen reference (beta = 0.05), global-norm gradient clipping and an AdamW 
   per-token log-probs, entropy (a metric, as on our side), the clipped ratio and
   k3 = exp(x) - x - 1 with x = ref - policy, then `clip_grad_norm_` and `torch.optim.AdamW`.
   The advantages (8 scalars, host-side) come from our `compute_advantages`.
-The JSON line, per preset and precision:
+One JSON line on stdout (each pair also goes to stderr as it finishes), per preset and precision:
 - "jax_tok_s" / "torch_tok_s": tokens/s of the step with the reference forward, warm, and
   "ratio" = jax / torch, the headline; "jax_compile_s" separately;
 - "jax_no_ref_tok_s" / "torch_no_ref_tok_s" / "ratio_no_ref": the same step with beta = 0
