@@ -1,27 +1,35 @@
-"""GRPO update throughput against a transformers (PyTorch) training step on the same batch.
+"""Our GRPO step against the same GRPO step written in PyTorch + transformers, as TRL does it.
 
   .venv/bin/python bench/train_step.py [--iters 3] [--rounds 1] [--presets tiny,bench-40m]
                                        [--precisions float32,bfloat16]
 
-Prints ONE JSON line. For each preset and precision, at batch 8 x 512 (a 64-token prompt,
-then 448 policy tokens carrying loss), with fp32 parameters and AdamW state:
-- "jax_tok_s": tokens/s of `Trainer.train_step` (forward + backward + AdamW, with the
-  frozen reference policy's log-probs, beta = 0.05), warm; "jax_compile_s" separately;
-  "jax_no_ref_tok_s": the same with beta = 0 (no reference forward), the like-for-like
-  comparison with the transformers step, which has no reference model;
-- "torch_tok_s": tokens/s of transformers' Qwen3ForCausalLM forward + backward (LM loss)
-  + torch.optim.AdamW step, same weights and tokens (loaded from one checkpoint);
-- "ratio" = jax / torch, and "jax_peak_rss_mb" / "torch_peak_rss_mb": each measured in its
-  own subprocess (ru_maxrss), so the two do not share a high-water mark;
+Both sides run one objective on one batch, built from one checkpoint: batch 8 x 512 (a
+64-token prompt, then 448 policy tokens carrying loss), fp32 parameters and AdamW state,
+the token-level clipped GRPO loss (clip 1 - 0.2 / 1 + 0.28, token mean) plus beta * k3 KL
+to a frozen reference (beta = 0.05), global-norm gradient clipping and an AdamW step.
+- ours: `Trainer.train_step` (the reference log-probs come from a frozen copy of the
+  parameters, inside the jitted step);
+- transformers: `TorchGRPOStep` below, the way TRL's GRPOTrainer computes it: the
+  reference is a `copy.deepcopy` of the policy with `requires_grad_(False)`, run under
+  `torch.no_grad()`; both forwards compute logits at the completion only (`logits_to_keep`);
+  per-token log-probs, entropy (a metric, as on our side), the clipped ratio and
+  k3 = exp(x) - x - 1 with x = ref - policy, then `clip_grad_norm_` and `torch.optim.AdamW`.
+  The advantages (8 scalars, host-side) come from our `compute_advantages`.
+One JSON line on stdout (each pair also goes to stderr as it finishes), per preset and precision:
+- "jax_tok_s" / "torch_tok_s": tokens/s of the step with the reference forward, warm, and
+  "ratio" = jax / torch, the headline; "jax_compile_s" separately;
+- "jax_no_ref_tok_s" / "torch_no_ref_tok_s" / "ratio_no_ref": the same step with beta = 0
+  (no reference model, no reference forward) on both sides;
+- "jax_peak_rss_mb" / "torch_peak_rss_mb": each side in its own subprocess (ru_maxrss, read
+  after the step with the reference), so the two do not share a high-water mark;
 - "*_gflop_s": the matmul work each side sustains (dense presets; null for MoE): forward +
-  backward is 3 forwards, and our step with the reference adds a fourth. A forward is 2
-  FLOPs per matmul parameter per token, plus causal attention (2 x heads x head_dim x SEQ
-  per layer: QK^T and PV over SEQ / 2 keys on average). The vocabulary matmul counts at
-  the positions each side computes logits: transformers all SEQ, ours the loss positions
-  (SEQ - PROMPT; `logprob_positions="loss"`).
+  backward is 3 forwards, and the reference forward a fourth. A forward is 2 FLOPs per
+  matmul parameter per token, plus causal attention (2 x heads x head_dim x SEQ per layer:
+  QK^T and PV over SEQ / 2 keys on average). The vocabulary matmul counts at the positions
+  each side computes logits: ours the loss positions (SEQ - PROMPT), transformers one more.
 Precision "float32" computes in fp32 on both sides. "bfloat16" is mixed precision on both
 sides: our model with compute_dtype bfloat16 (matmuls read bf16 and accumulate in fp32),
-transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`.
+transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`; log-probs in fp32 on both.
 Each figure is the best of `--iters` warm steps: on a shared machine the fastest step is
 the one least disturbed by other load. `--rounds N` runs the two children alternately N
 times and keeps each side's best, so a burst of outside load cannot land on one side
@@ -31,6 +39,9 @@ only. Goal (issue 5): ratio >= 1.0.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import copy
+import dataclasses
 import json
 import os
 import pathlib
@@ -46,11 +57,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 BATCH, SEQ, PROMPT = 8, 512, 64
+GROUP = 4  # rows per prompt group
 PRECISIONS = ("float32", "bfloat16")
-
-
-def _tokens(vocab: int) -> np.ndarray:
-  return np.random.default_rng(0).integers(0, vocab, (BATCH, SEQ)).astype(np.int32)
+RL = dict(learning_rate=1e-5, beta=0.05, kl_estimator="k3")  # RLConfig fields; the rest default
+INPUTS, RL_JSON = "bench_inputs.npz", "bench_rl.json"  # written beside the checkpoint
 
 
 def _best_time(fn, iters: int) -> tuple[float, float]:
@@ -70,38 +80,163 @@ def _peak_rss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def write_inputs(directory: str, vocab: int, rl: dict, *, batch: int = BATCH, seq: int = SEQ,
+                 prompt: int = PROMPT) -> None:
+  """The batch and RLConfig fields both children read: tokens [B, T], a loss mask on
+  positions >= prompt, behaviour log-probs there, rewards, groups and our advantages."""
+  from spade_jax.rl.advantages import compute_advantages
+  from spade_jax.rl.config import RLConfig
+
+  cfg = RLConfig.from_config(rl)
+  rng = np.random.default_rng(0)
+  tokens = rng.integers(0, vocab, (batch, seq)).astype(np.int32)
+  loss_mask = np.zeros((batch, seq), np.float32)
+  loss_mask[:, prompt:] = 1
+  # Around a uniform policy's log-prob, so some ratios fall outside the clip range.
+  behaviour = -np.log(vocab) + rng.normal(0.0, 0.3, (batch, seq))
+  rewards = rng.random(batch).astype(np.float32)
+  group_ids = np.arange(batch, dtype=np.int32) // GROUP
+  roles = np.zeros(batch, np.int32)  # AGENT
+  advantages, _ = compute_advantages(rewards, group_ids, roles, estimator=cfg.adv_estimator,
+                                     bessel=cfg.adv_std_bessel, eps=cfg.adv_eps,
+                                     role_weights={0: cfg.agent_weight})
+  np.savez(os.path.join(directory, INPUTS), tokens=tokens, loss_mask=loss_mask,
+           behaviour_logprobs=np.where(loss_mask > 0, behaviour, 0.0).astype(np.float32),
+           rewards=rewards, group_ids=group_ids, roles=roles, advantages=advantages)
+  with open(os.path.join(directory, RL_JSON), "w") as f:
+    json.dump(dataclasses.asdict(cfg), f)
+
+
+def read_inputs(directory: str) -> tuple[dict[str, np.ndarray], dict]:
+  with np.load(os.path.join(directory, INPUTS)) as z:
+    arrays = dict(z)
+  with open(os.path.join(directory, RL_JSON)) as f:
+    return arrays, json.load(f)
+
+
 def child_jax(checkpoint: str, iters: int, precision: str) -> dict:
   import jax
 
   from spade_jax.model.hf_io import from_pretrained
-  from spade_jax.rl.batch import AGENT, TrainBatch
+  from spade_jax.rl.batch import TrainBatch
   from spade_jax.rl.trainer import Trainer
 
   model = from_pretrained(checkpoint, dtype="float32", compute_dtype=precision)
-  tokens = _tokens(model.cfg.vocab_size)
-  loss_mask = np.zeros((BATCH, SEQ), np.float32)
-  loss_mask[:, PROMPT:] = 1
-  rng = np.random.default_rng(1)
-  batch = TrainBatch(tokens=tokens, attention_mask=np.ones((BATCH, SEQ), np.int32),
-                     loss_mask=loss_mask,
-                     behaviour_logprobs=(loss_mask * -10.0).astype(np.float32),
-                     rewards=rng.random(BATCH).astype(np.float32),
-                     group_ids=np.repeat(np.arange(BATCH // 4), 4).astype(np.int32),
-                     roles=np.full(BATCH, AGENT, np.int32))
-
+  x, rl = read_inputs(checkpoint)
+  batch = TrainBatch(tokens=x["tokens"], attention_mask=np.ones_like(x["tokens"]),
+                     loss_mask=x["loss_mask"], behaviour_logprobs=x["behaviour_logprobs"],
+                     rewards=x["rewards"], group_ids=x["group_ids"], roles=x["roles"])
   out = {}
-  for beta, key in ((0.05, "tok_s"), (0.0, "no_ref_tok_s")):
-    trainer = Trainer(dict(learning_rate=1e-5, beta=beta, kl_estimator="k3"), model)
+  for beta, key in ((rl["beta"], "tok_s"), (0.0, "no_ref_tok_s")):
+    trainer = Trainer({**rl, "beta": beta}, model)
 
     def step(trainer=trainer):
       trainer.train_step(batch)  # returns host floats: the update has finished
       jax.block_until_ready(jax.tree.leaves(trainer.params))
 
     first, seconds = _best_time(step, iters)
-    out[key] = BATCH * SEQ / seconds
+    out[key] = x["tokens"].size / seconds
     if beta:
       out.update(compile_s=first - seconds, peak_rss_mb=_peak_rss_mb())
   return out
+
+
+def torch_token_logprobs(model, ids, completion: int):
+  """(logp, entropy) [B, completion] of the last `completion` tokens of ids [B, T] given
+  their prefixes; logits only there (`logits_to_keep`), log-softmax in fp32."""
+  import torch
+
+  logits = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False,
+                 logits_to_keep=completion + 1).logits[:, :-1].float()  # [B, C, V]
+  logz = torch.logsumexp(logits, dim=-1)  # [B, C]
+  logp = torch.gather(logits, -1, ids[:, -completion:, None])[..., 0] - logz
+  with torch.no_grad():
+    entropy = logz - (torch.softmax(logits, dim=-1) * logits).sum(-1)
+  return logp, entropy
+
+
+def torch_grpo_loss(logp, behaviour_logp, ref_logp, advantages, mask, *, beta: float,
+                    clip_low: float, clip_high: float):
+  """TRL's token-level GRPO loss over completion tokens [B, C]: (loss, mean k3 KL).
+
+  -min(A r, A clip(r, 1 - clip_low, 1 + clip_high)) + beta * k3, r = exp(logp - behaviour),
+  averaged over the mask's tokens (our "token_mean"). ref_logp None: no KL term.
+  """
+  import torch
+
+  ratio = torch.exp(logp - behaviour_logp)
+  adv = advantages[:, None]  # [B, 1]
+  per_token = -torch.min(ratio * adv, torch.clamp(ratio, 1 - clip_low, 1 + clip_high) * adv)
+  kl = torch.zeros_like(logp)
+  if ref_logp is not None:
+    x = ref_logp - logp
+    kl = torch.exp(x) - x - 1
+    per_token = per_token + beta * kl
+  tokens = mask.sum().clamp(min=1.0)
+  return (per_token * mask).sum() / tokens, (kl * mask).sum().detach() / tokens
+
+
+def frozen_copy(model):
+  """A separate, frozen copy of `model` (its own parameter tensors), as TRL's reference."""
+  ref = copy.deepcopy(model)
+  ref.requires_grad_(False)
+  return ref.eval()
+
+
+class TorchGRPOStep:
+  """One GRPO update of a transformers model with the settings of an RLConfig dict."""
+
+  def __init__(self, model, rl: dict):
+    import torch
+
+    supported = dict(kl_estimator="k3", loss_agg="token_mean", schedule="constant",
+                     warmup_steps=0, temperature=1.0, micro_batch_size=0)
+    wrong = {k: rl[k] for k, v in supported.items() if rl[k] != v}
+    if wrong:
+      raise ValueError(f"TorchGRPOStep supports only {supported}; got {wrong}")
+    self.model, self.rl = model, rl
+    self.ref = frozen_copy(model) if rl["beta"] > 0 else None
+    params = [p for p in model.parameters() if p.requires_grad]
+    # Weight decay on matrices only, as our optimiser (rl/optim.py).
+    groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": rl["weight_decay"]},
+              {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0}]
+    self.params = params
+    self.opt = torch.optim.AdamW(groups, lr=rl["learning_rate"],
+                                 betas=(rl["adam_b1"], rl["adam_b2"]), eps=rl["adam_eps"])
+
+  def __call__(self, ids, behaviour_logp, advantages, mask, precision: str) -> dict[str, float]:
+    """ids [B, T] int64; behaviour_logp, mask [B, C] and advantages [B] float32 tensors,
+    C the completion length. Returns the step's loss, mean KL and mean entropy."""
+    import torch
+
+    completion = mask.shape[1]
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else (
+        contextlib.nullcontext())
+    with autocast:
+      ref_logp = None
+      if self.ref is not None:
+        with torch.no_grad():
+          ref_logp, _ = torch_token_logprobs(self.ref, ids, completion)
+      logp, entropy = torch_token_logprobs(self.model, ids, completion)
+      loss, kl = torch_grpo_loss(logp, behaviour_logp, ref_logp, advantages, mask,
+                                 beta=self.rl["beta"], clip_low=self.rl["clip_low"],
+                                 clip_high=self.rl["clip_high"])
+    loss.backward()
+    if self.rl["grad_clip_norm"] > 0:
+      torch.nn.utils.clip_grad_norm_(self.params, self.rl["grad_clip_norm"])
+    self.opt.step()
+    self.opt.zero_grad(set_to_none=True)
+    entropy = (entropy * mask).sum() / mask.sum().clamp(min=1.0)
+    return {"loss": loss.item(), "kl": kl.item(), "entropy": entropy.item()}
+
+
+def torch_step_inputs(x: dict[str, np.ndarray], prompt: int) -> tuple:
+  """(ids, behaviour_logp, advantages, mask) tensors of the completion after `prompt`."""
+  import torch
+
+  return (torch.from_numpy(x["tokens"].astype(np.int64)),
+          torch.from_numpy(x["behaviour_logprobs"][:, prompt:]),
+          torch.from_numpy(x["advantages"]), torch.from_numpy(x["loss_mask"][:, prompt:]))
 
 
 def child_torch(checkpoint: str, iters: int, precision: str) -> dict:
@@ -111,20 +246,17 @@ def child_torch(checkpoint: str, iters: int, precision: str) -> dict:
   torch.set_num_threads(os.cpu_count() or 1)
   model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
   model.train()
-  opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-  ids = torch.from_numpy(_tokens(model.config.vocab_size).astype(np.int64))
-  labels = ids.clone()
-  labels[:, :PROMPT] = -100
-
-  def step():
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
-      loss = model(input_ids=ids, labels=labels).loss
-    loss.backward()
-    opt.step()
-    opt.zero_grad(set_to_none=True)
-
-  _, seconds = _best_time(step, iters)
-  return {"tok_s": BATCH * SEQ / seconds, "peak_rss_mb": _peak_rss_mb()}
+  x, rl = read_inputs(checkpoint)
+  inputs = torch_step_inputs(x, PROMPT)
+  out = {}
+  for beta, key in ((rl["beta"], "tok_s"), (0.0, "no_ref_tok_s")):
+    step = TorchGRPOStep(model, {**rl, "beta": beta})
+    _, seconds = _best_time(lambda step=step: step(*inputs, precision), iters)
+    out[key] = x["tokens"].size / seconds
+    if beta:
+      out["peak_rss_mb"] = _peak_rss_mb()
+    del step  # frees the reference copy and the optimiser state before the next
+  return out
 
 
 def _run_child(kind: str, checkpoint: str, iters: int, precision: str) -> dict:
@@ -170,12 +302,14 @@ def _compare(path: str, iters: int, rounds: int, precision: str,
           "jax_peak_rss_mb": round(jax_r["peak_rss_mb"]),
           "jax_no_ref_tok_s": round(jax_r["no_ref_tok_s"], 1),
           "torch_tok_s": round(torch_r["tok_s"], 1),
+          "torch_no_ref_tok_s": round(torch_r["no_ref_tok_s"], 1),
           "torch_peak_rss_mb": round(torch_r["peak_rss_mb"]),
           "ratio": round(jax_r["tok_s"] / torch_r["tok_s"], 3),
-          "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["tok_s"], 3),
+          "ratio_no_ref": round(jax_r["no_ref_tok_s"] / torch_r["no_ref_tok_s"], 3),
           "jax_gflop_s": _gflop_s(jax_r["tok_s"], flops[0], 4),
           "jax_no_ref_gflop_s": _gflop_s(jax_r["no_ref_tok_s"], flops[0], 3),
-          "torch_gflop_s": _gflop_s(torch_r["tok_s"], flops[1], 3)}
+          "torch_gflop_s": _gflop_s(torch_r["tok_s"], flops[1], 4),
+          "torch_no_ref_gflop_s": _gflop_s(torch_r["no_ref_tok_s"], flops[1], 3)}
 
 
 def main() -> None:
@@ -208,9 +342,13 @@ def main() -> None:
       path = os.path.join(tmp, name)
       cfg = get_preset(name)
       save_pretrained(Qwen3(cfg, rngs=nnx.Rngs(0)), path)
+      write_inputs(path, cfg.vocab_size, RL)
       flops = (_forward_flops_per_token(cfg, (SEQ - PROMPT) / SEQ),  # ours, transformers
-               _forward_flops_per_token(cfg, 1.0))
-      result[name] = {p: _compare(path, args.iters, args.rounds, p, flops) for p in precisions}
+               _forward_flops_per_token(cfg, (SEQ - PROMPT + 1) / SEQ))
+      result[name] = {}
+      for p in precisions:
+        result[name][p] = _compare(path, args.iters, args.rounds, p, flops)
+        print(json.dumps({name: {p: result[name][p]}}), file=sys.stderr, flush=True)  # progress
   print(json.dumps(result))
 
 
