@@ -21,6 +21,9 @@ REMAT_POLICIES: dict[str, Any] = {
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
 
+# Uncached attention kernels (attention_impl.py): "auto" picks one for the platform.
+ATTENTION_IMPLS = ("auto", "blocked", "xla", "cudnn", "pallas_tpu")
+
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
@@ -48,6 +51,7 @@ class ModelConfig:
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
   remat: str = "none"  # key of REMAT_POLICIES
+  attention_impl: str = "auto"  # one of ATTENTION_IMPLS
 
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -76,6 +80,9 @@ class ModelConfig:
     if self.remat not in REMAT_POLICIES:
       raise ValueError(
           f"ModelConfig.remat={self.remat!r}; expected one of {sorted(REMAT_POLICIES)}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"ModelConfig.attention_impl={self.attention_impl!r}; expected one of "
+                       f"{ATTENTION_IMPLS}")
     for name in ("param_dtype", "compute_dtype"):
       value = getattr(self, name)
       try:

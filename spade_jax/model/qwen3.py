@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.attention import Attention
+from spade_jax.model.attention_impl import resolve_attention_impl, self_mask
 from spade_jax.model.config import REMAT_POLICIES, ModelConfig
 from spade_jax.model.kv_cache import KVCache, Rows, read_window, row_ids, write_entries
 from spade_jax.model.layers import Einsum, Embed, RMSNorm, rope_cos_sin
@@ -68,15 +69,6 @@ def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Ar
   return jnp.where(valid, count - 1, -1)
 
 
-def uncached_mask(positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
-  """[B, T, T] visibility: causal, real keys (position >= 0), same segment when packed."""
-  t = positions.shape[1]
-  mask = jnp.tril(jnp.ones((t, t), bool))[None] & (positions >= 0)[:, None, :]
-  if segment_ids is not None:
-    mask &= segment_ids[:, :, None] == segment_ids[:, None, :]
-  return mask
-
-
 class Qwen3(nnx.Module):
   """Qwen3 causal LM. See docs/model.md for the call conventions and the parameter tree."""
 
@@ -130,8 +122,9 @@ class Qwen3(nnx.Module):
     elif positions is None:
       positions = default_positions(valid, segment_ids)
     positions = jnp.where(valid, positions, -1).astype(jnp.int32)  # [B, T], -1 = pad
-    if cache is None:
-      mask = uncached_mask(positions, segment_ids)  # [B, T, T]
+    if cache is None:  # [B, T, T] bool, or [B, T] segment ids for a fused kernel
+      impl = resolve_attention_impl(self.cfg.attention_impl, self.cfg.compute_dtype)
+      mask = self_mask(impl, positions, segment_ids)
     else:
       full_pos = write_entries(cache.pos, positions, rows, write_at)  # [S_all, L]
       entry_pos = read_window(full_pos, rows, read_len)  # [B, S]

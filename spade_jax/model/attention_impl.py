@@ -1,0 +1,182 @@
+"""The one switch that picks the uncached (training, scoring) attention kernel per platform.
+
+`ModelConfig.attention_impl` (`config.model.attention_impl`) names it:
+- "blocked": `train_attention.causal_attention`, the query-blocked XLA form tuned for CPU;
+- "xla": `jax.nn.dot_product_attention(implementation="xla")`, the full square on any platform;
+- "cudnn": the same call with `implementation="cudnn"` (cuDNN flash attention; bf16 / fp16);
+- "pallas_tpu": JAX's Pallas splash attention kernel for TPU
+  (`jax.experimental.pallas.ops.tpu.splash_attention`), one MQA kernel per kv head;
+- "auto": "blocked" on CPU, "cudnn" on GPU with bf16 / fp16 compute ("xla" with fp32), and
+  "pallas_tpu" on TPU.
+Naming a kernel the platform lacks raises a ValueError that names the option.
+
+The blocked kernel reads the dense [B, T, T] mask of `uncached_mask`; the fused kernels read
+per-token segment ids (`kernel_segments`): the row's segment, or `PAD_SEGMENT` for padding,
+plus causality by index. That is the same visibility for every real token (a pad then sees
+only pads, its output is never used). cuDNN gets the segment equality as its `mask` (jax
+adds it as a bias) together with `is_causal`; splash takes the segment ids natively.
+
+`emulated_kernels()` lets tests run the accelerator kernels on CPU: the cuDNN call through
+`implementation="xla"` (the same call, the XLA implementation) and the Pallas kernel in
+interpret mode. The KV-cache (decode) attention does not go through this switch; see
+docs/model.md ("Attention kernels").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from spade_jax.model.config import ATTENTION_IMPLS
+from spade_jax.model.sharding import logical_to_spec
+from spade_jax.model.train_attention import causal_attention
+
+_PLATFORM_IMPLS = {"cpu": ("blocked", "xla"), "gpu": ("blocked", "xla", "cudnn"),
+                   "tpu": ("blocked", "xla", "pallas_tpu")}
+_NEEDS = {"cudnn": "gpu", "pallas_tpu": "tpu"}
+_HALF = ("bfloat16", "float16")
+PAD_SEGMENT = int(np.iinfo(np.int32).min)  # segment id of padding tokens (fused kernels)
+_SPLASH_BLOCKS = (512, 256, 128)  # splash tile sizes tried, largest first (T is padded to 128)
+
+_EMULATE = contextvars.ContextVar("spade_jax_emulated_kernels", default=False)
+
+
+@contextlib.contextmanager
+def emulated_kernels():
+  """Within this block (at trace time) "cudnn" and "pallas_tpu" run on any platform: cuDNN
+  as the XLA implementation of the same call, splash in Pallas interpret mode. For tests."""
+  token = _EMULATE.set(True)
+  try:
+    yield
+  finally:
+    _EMULATE.reset(token)
+
+
+def resolve_attention_impl(name: str, compute_dtype: str, platform: str | None = None) -> str:
+  """The kernel `name` means on `platform` (default: jax's default backend); raises a
+  ValueError naming config.model.attention_impl if the platform lacks it."""
+  platform = jax.default_backend() if platform is None else platform
+  if name not in ATTENTION_IMPLS:
+    raise ValueError(f"config.model.attention_impl={name!r}; expected one of {ATTENTION_IMPLS}")
+  half = str(jnp.dtype(compute_dtype)) in _HALF
+  if name == "auto":
+    return {"gpu": "cudnn" if half else "xla", "tpu": "pallas_tpu"}.get(platform, "blocked")
+  if _EMULATE.get():
+    return name
+  available = _PLATFORM_IMPLS.get(platform, ("blocked", "xla"))
+  if name not in available:
+    raise ValueError(f"config.model.attention_impl={name!r} needs a {_NEEDS[name]}; this "
+                     f"process runs on {platform!r}, which offers {available} (or 'auto')")
+  if name == "cudnn" and not half:
+    raise ValueError(f"config.model.attention_impl='cudnn' needs model.compute_dtype in {_HALF} "
+                     f"(cuDNN flash attention), got {compute_dtype!r}; use 'xla' or 'auto'")
+  return name
+
+
+def uncached_mask(positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+  """[B, T, T] visibility: causal, real keys (position >= 0), same segment when packed."""
+  t = positions.shape[1]
+  mask = jnp.tril(jnp.ones((t, t), bool))[None] & (positions >= 0)[:, None, :]
+  if segment_ids is not None:
+    mask &= segment_ids[:, :, None] == segment_ids[:, None, :]
+  return mask
+
+
+def kernel_segments(positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+  """[B, T] int32 segment id of each token for the fused kernels; PAD_SEGMENT on pads."""
+  seg = jnp.zeros_like(positions) if segment_ids is None else segment_ids
+  return jnp.where(positions >= 0, seg, PAD_SEGMENT).astype(jnp.int32)
+
+
+def self_mask(impl: str, positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+  """What `self_attention(impl, ...)` reads as its mask: [B, T, T] bool for "blocked",
+  [B, T] int32 segment ids for the fused kernels (no [B, T, T] array is built for them)."""
+  if impl == "blocked":
+    return uncached_mask(positions, segment_ids)
+  return kernel_segments(positions, segment_ids)
+
+
+def self_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                   scale: float) -> jax.Array:
+  """Causal self-attention: q [B, T, N, Hd]; k, v [B, T, K, Hd]; mask from `self_mask`.
+
+  `impl` is a resolved name (not "auto"). Returns [B, T, N, Hd] in v's dtype.
+  """
+  if impl == "blocked":
+    return causal_attention(q, k, v, mask, scale)
+  if impl in ("xla", "cudnn"):
+    return _dot_product(q, k, v, mask, scale, impl)
+  if impl == "pallas_tpu":
+    return _sharded_over_rows(functools.partial(_splash, scale=scale), q, k, v, mask)
+  raise ValueError(f"attention kernel {impl!r} is not resolved; expected one of "
+                   f"{ATTENTION_IMPLS[1:]}")
+
+
+def _dot_product(q, k, v, segments, scale, impl):
+  visible = segments[:, None, :, None] == segments[:, None, None, :]  # [B, 1, T, T]
+  implementation = "xla" if impl == "cudnn" and _EMULATE.get() else impl
+  return jax.nn.dot_product_attention(q, k, v, mask=visible, scale=scale, is_causal=True,
+                                      implementation=implementation)
+
+
+def _sharded_over_rows(fn, q, k, v, segments):
+  """fn per device shard under an active mesh (rows over the batch axes, kv heads over
+  tensor): a Pallas call is not partitioned by the compiler, so it runs inside shard_map."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or mesh.size == 1:
+    return fn(q, k, v, segments)
+  b, _, kv_heads, _ = k.shape
+  batch = logical_to_spec(("batch",), (b,), mesh)[0]
+  heads = logical_to_spec(("kv_heads",), (kv_heads,), mesh)[0]
+  spec = jax.sharding.PartitionSpec(batch, None, heads, None)
+  return jax.shard_map(fn, in_specs=(spec, spec, spec, jax.sharding.PartitionSpec(batch, None)),
+                       out_specs=spec, check_vma=False)(q, k, v, segments)
+
+
+def _splash(q, k, v, segments, *, scale):
+  """Splash attention per (row, kv head): q [B, T, N, Hd]; k, v [B, T, K, Hd]."""
+  # Imported here: the TPU kernels are an optional part of jax (absent from some builds).
+  from jax.experimental.pallas.ops.tpu.splash_attention import (  # pylint: disable=import-outside-toplevel
+    splash_attention_kernel as splash,
+  )
+  b, t, n, hd = q.shape
+  kv_heads = k.shape[2]
+  padded = -(-t // 128) * 128  # splash tiles are multiples of 128 tokens
+  pad = lambda x, fill=0: jnp.pad(x, ((0, 0), (0, padded - t)) + ((0, 0),) * (x.ndim - 2),
+                                  constant_values=fill)
+  qh = pad(q * scale).reshape(b, padded, kv_heads, n // kv_heads, hd).transpose(0, 2, 3, 1, 4)
+  kh = pad(k).transpose(0, 2, 1, 3)  # [B, K, T', Hd]
+  vh = pad(v).transpose(0, 2, 1, 3)
+  seg = pad(segments, PAD_SEGMENT)  # [B, T']
+  kernel = _splash_kernel(padded, n // kv_heads, _EMULATE.get())
+
+  def one_row(qr, kr, vr, sr):  # [K, G, T', Hd], [K, T', Hd], [K, T', Hd], [T']
+    ids = splash.SegmentIds(q=sr, kv=sr)
+    return jax.vmap(lambda qk, kk, vk: kernel(qk, kk, vk, segment_ids=ids))(qr, kr, vr)
+
+  out = jax.vmap(one_row)(qh, kh, vh, seg)  # [B, K, G, T', Hd]
+  return out.transpose(0, 3, 1, 2, 4).reshape(b, padded, n, hd)[:, :t].astype(v.dtype)
+
+
+def _splash_kernel(length: int, group: int, interpret: bool):
+  """The causal MQA splash kernel for `group` query heads over `length` (multiple of 128).
+
+  Built at each trace, not cached: its block tables become arrays of the trace that builds
+  it."""
+  from jax.experimental.pallas.ops.tpu.splash_attention import (  # pylint: disable=import-outside-toplevel
+    splash_attention_kernel as splash,
+  )
+  from jax.experimental.pallas.ops.tpu.splash_attention import (  # pylint: disable=import-outside-toplevel
+    splash_attention_mask as masks,
+  )
+  block = next(size for size in _SPLASH_BLOCKS if length % size == 0)
+  sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
+                            block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
+                            block_q_dq=block, block_kv_dq=block)
+  mask = masks.MultiHeadMask([masks.CausalMask((length, length)) for _ in range(group)])
+  return splash.make_splash_mqa_single_device(mask, block_sizes=sizes, interpret=interpret)
