@@ -13,7 +13,7 @@ from flax import nnx
 
 from spade_jax.model.attention import Attention
 from spade_jax.model.attention_impl import resolve_attention_impl, self_mask
-from spade_jax.model.config import REMAT_POLICIES, ModelConfig
+from spade_jax.model.config import REMAT_POLICIES, ModelConfig, resolve_remat
 from spade_jax.model.kv_cache import KVCache, Rows, read_window, row_ids, write_entries
 from spade_jax.model.layers import Einsum, Embed, RMSNorm, rope_cos_sin
 from spade_jax.model.moe import MoEBlock
@@ -133,7 +133,7 @@ class Qwen3(nnx.Module):
     cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
     x = constrain(self.embed(ids), _ACT)  # [B, T, D]
     if cache is None:
-      policy = REMAT_POLICIES[self.cfg.remat]  # rematerialisation is for the training pass
+      policy = REMAT_POLICIES[resolve_remat(self.cfg.remat)]  # for the training pass
       run_layer = _call_layer if policy is None else nnx.remat(_call_layer, policy=policy)
       for layer in self.layers:
         x = run_layer(layer, x, cos, sin, mask)[0]

@@ -52,7 +52,8 @@ def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
   defaults = SelfPlaySettings()
   assert settings == dataclasses.replace(defaults, max_cache_len=settings.max_cache_len)
   model = config_schema.base_config().model
-  assert (model.param_dtype, model.compute_dtype, model.remat) == ("float32", "float32", "none")
+  assert (model.param_dtype, model.compute_dtype, model.remat, model.attention_impl) == (
+      "float32", "float32", "auto", "auto")
 
 
 def test_trainer_temperature_is_the_rollouts():
@@ -124,6 +125,7 @@ def test_shipped_configs_validate(name, tmp_path):
     ("selfplay.group_size=1", r"config.selfplay.group_size=1: expected an int >= 2"),
     ("model.preset=qwen9-1t", r"config.model.preset='qwen9-1t': expected one of"),
     ("model.checkpoint=/no/such/ckpt", r"config.model.checkpoint='/no/such/ckpt': no such"),
+    ("model.attention_impl=flash", r"config.model: ModelConfig.attention_impl='flash'; expected"),
     ("tokenizer=./missing_tok", r"config.tokenizer='./missing_tok': no such"),
     ("selfplay.categories_per_step=9", r"categories_per_step=9: expected <= len"),
     ("selfplay.skills=('deduction','lookup')", r"skills=.*categories of the games setting"),
