@@ -72,11 +72,17 @@ def test_sharded_step_equals_unsharded(initial):
   assert m_plain["kl"] > 0 and m_plain["designer/num_rows"] == 4
 
 
-def test_gradient_accumulation_equals_one_full_batch(initial):
-  accumulated = Trainer(RL, _model(initial))  # 8 rows in micro-batches of 4
-  full = Trainer(dict(RL, micro_batch_size=0), _model(initial))
+# tis_cap 1.0: the batch's fake behaviour log-probs put the ratios on both sides of the cap.
+@pytest.mark.parametrize("tis_cap", [0.0, 1.0])
+def test_gradient_accumulation_equals_one_full_batch(initial, tis_cap):
+  accumulated = Trainer(dict(RL, tis_cap=tis_cap), _model(initial))  # micro-batches of 4 rows
+  full = Trainer(dict(RL, micro_batch_size=0, tis_cap=tis_cap), _model(initial))
   m_acc, m_full = accumulated.train_step(_batch(0)), full.train_step(_batch(0))
-  for key in ("loss", "kl", "entropy", "grad_norm", "logprob_gap_max"):
+  if tis_cap:
+    assert 0 < m_full["tis_truncated_fraction"] < 1
+    assert m_full["importance_ratio_max"] > 1 > m_full["clip_fraction"] == 0
+  for key in ("loss", "kl", "entropy", "grad_norm", "logprob_gap_max", "importance_ratio_mean",
+              "importance_ratio_max", "tis_truncated_fraction"):
     np.testing.assert_allclose(m_acc[key], m_full[key], rtol=2e-5, atol=1e-7, err_msg=key)
   for a, b in zip(_leaves(accumulated.params), _leaves(full.params), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
