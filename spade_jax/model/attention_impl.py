@@ -16,10 +16,15 @@ plus causality by index. That is the same visibility for every real token (a pad
 only pads, its output is never used). cuDNN gets the segment equality as its `mask` (jax
 adds it as a bias) together with `is_causal`; splash takes the segment ids natively.
 
+With "cudnn" a one-token decode step over the KV cache runs JAX's Pallas GPU decode kernel
+(`jax.experimental.pallas.ops.gpu.decode_attention.gqa`), which reads each row only from
+its first to its last visible entry, whenever every row's visible entries are one run of
+consecutive entries (the slot engine keeps rows so); otherwise, and on every other path,
+the cached attention is the batched einsum over the whole window (`decode_attention`).
+
 `emulated_kernels()` lets tests run the accelerator kernels on CPU: the cuDNN call through
-`implementation="xla"` (the same call, the XLA implementation) and the Pallas kernel in
-interpret mode. The KV-cache (decode) attention does not go through this switch; see
-docs/model.md ("Attention kernels").
+`implementation="xla"` (the same call, the XLA implementation) and the Pallas kernels in
+interpret mode.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from spade_jax.model.config import ATTENTION_IMPLS
+from spade_jax.model.kv_cache import key_entry_axis
 from spade_jax.model.sharding import logical_to_spec
 from spade_jax.model.train_attention import causal_attention
 
@@ -115,6 +121,46 @@ def self_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: ja
     return _sharded_over_rows(functools.partial(_splash, scale=scale), q, k, v, mask)
   raise ValueError(f"attention kernel {impl!r} is not resolved; expected one of "
                    f"{ATTENTION_IMPLS[1:]}")
+
+
+def decode_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                     scale: float, *, fallback) -> jax.Array:
+  """Attention over a KV-cache window: q [B, T, N, Hd]; k, v [B, K, S, Hd] (k [B, K, Hd, S]
+  on CPU); mask [B, T, S]. `fallback(q, k, v, mask, scale)` is the einsum form.
+
+  For "cudnn", T == 1, S a multiple of 16, keys in the accelerator layout and one device,
+  the Pallas decode kernel runs when every row's visible entries are consecutive (checked on
+  device; else the fallback).
+  """
+  b, t, _, _ = q.shape
+  s = v.shape[2]
+  mesh = jax.sharding.get_abstract_mesh()
+  if (impl != "cudnn" or t != 1 or s % 16 or key_entry_axis() != 2
+      or not (mesh.empty or mesh.size == 1)):
+    return fallback(q, k, v, mask, scale)
+  visible = mask[:, 0, :]  # [B, S]
+  first = jnp.argmax(visible, axis=1).astype(jnp.int32)  # 0 when nothing is visible
+  last = s - 1 - jnp.argmax(visible[:, ::-1], axis=1).astype(jnp.int32)
+  count = jnp.sum(visible, axis=1, dtype=jnp.int32)
+  consecutive = jnp.all((count == 0) | (last - first + 1 == count))
+  return jax.lax.cond(consecutive,
+                      lambda: _gpu_decode(q, k, v, first, first + count, scale),
+                      lambda: fallback(q, k, v, mask, scale))
+
+
+def _gpu_decode(q, k, v, start, end, scale):
+  """The Pallas GPU decode kernel over entries [start, end) of each row: q [B, 1, N, Hd];
+  k, v [B, K, S, Hd] -> [B, 1, N, Hd]."""
+  from jax.experimental.pallas.ops.gpu import (  # pylint: disable=import-outside-toplevel
+    decode_attention as pallas_decode,
+  )
+  s = v.shape[2]
+  splits = next(n for n in (16, 8, 4, 2, 1) if s % (16 * n) == 0)  # >= 16 entries a split
+  block = next(n for n in (128, 64, 32, 16) if (s // splits) % n == 0)
+  out = pallas_decode.gqa(q[:, 0], k.swapaxes(1, 2), v.swapaxes(1, 2), start, end,
+                          sm_scale=scale, block_k=block, k_splits=splits,
+                          interpret=_EMULATE.get())  # [B, N, Hd]
+  return out[:, None].astype(v.dtype)
 
 
 def _dot_product(q, k, v, segments, scale, impl):

@@ -13,9 +13,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spade_jax.model import get_preset, make_mesh
+from spade_jax.model import attention_impl, get_preset, make_mesh
 from spade_jax.model.attention import dot_product_attention
 from spade_jax.model.attention_impl import (
+  decode_attention,
   emulated_kernels,
   resolve_attention_impl,
   self_attention,
@@ -154,3 +155,33 @@ def test_the_model_refuses_a_kernel_the_platform_lacks():
 def test_config_rejects_an_unknown_kernel():
   with pytest.raises(ValueError, match="ModelConfig.attention_impl='flash'"):
     get_preset("tiny", attention_impl="flash")
+
+
+def _decode_inputs(holes: bool):
+  """One query per row over a 64-entry window; rows: a prefix, a run starting at 5, all
+  entries, none visible (an idle slot) -- or, with holes, an entry hidden in the middle."""
+  rng = np.random.default_rng(3)
+  q = jnp.asarray(rng.normal(size=(4, 1, 4, 8)), jnp.float32)
+  k, v = (jnp.asarray(rng.normal(size=(4, 2, 64, 8)), jnp.float32) for _ in range(2))
+  idx = np.arange(64)
+  visible = np.stack([idx < 37, (idx >= 5) & (idx < 50), idx < 64, idx < 0])
+  if holes:
+    visible[0, 20] = False
+  return q, k, v, jnp.asarray(visible[:, None, :])
+
+
+@pytest.mark.parametrize("holes", [False, True])
+def test_decode_kernel_reads_the_visible_run(holes, monkeypatch):
+  """Consecutive visible entries: the Pallas GPU decode kernel equals the reference; a row
+  with a hole sends the whole step to the fallback (the einsum), marked here by 7s."""
+  monkeypatch.setattr(attention_impl, "key_entry_axis", lambda platform=None: 2)
+  q, k, v, mask = _decode_inputs(holes)
+  marker = lambda q, *_: jnp.full(q.shape, 7.0)
+  with emulated_kernels():
+    got = jax.jit(lambda *a: decode_attention("cudnn", *a, 0.3, fallback=marker))(q, k, v, mask)
+  if holes:
+    np.testing.assert_array_equal(got, 7.0)
+    return
+  want = dot_product_attention(q, k.swapaxes(1, 2), v.swapaxes(1, 2), mask, 0.3)
+  np.testing.assert_allclose(np.asarray(got)[:3], np.asarray(want)[:3], atol=1e-5)
+  assert np.isfinite(np.asarray(got)).all()  # the idle row: finite, never used
