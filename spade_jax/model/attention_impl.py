@@ -55,7 +55,8 @@ _EMULATE = contextvars.ContextVar("spade_jax_emulated_kernels", default=False)
 @contextlib.contextmanager
 def emulated_kernels():
   """Within this block (at trace time) "cudnn" and "pallas_tpu" run on any platform: cuDNN
-  as the XLA implementation of the same call, splash in Pallas interpret mode. For tests."""
+  as the XLA implementation of the same call, the Pallas kernels (splash, GPU decode) in
+  interpret mode. For tests."""
   token = _EMULATE.set(True)
   try:
     yield
@@ -132,8 +133,7 @@ def decode_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: 
   the Pallas decode kernel runs when every row's visible entries are consecutive (checked on
   device; else the fallback).
   """
-  b, t, _, _ = q.shape
-  s = v.shape[2]
+  t, s = q.shape[1], v.shape[2]
   mesh = jax.sharding.get_abstract_mesh()
   if (impl != "cudnn" or t != 1 or s % 16 or key_entry_axis() != 2
       or not (mesh.empty or mesh.size == 1)):
