@@ -65,11 +65,21 @@ def test_trainer_temperature_is_the_rollouts():
   assert SelfPlaySettings.from_config(config).temperature == 0.7
 
 
-def test_model_remat_reaches_the_policy():
+def test_model_remat_and_attention_kernel_reach_the_policy():
   from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
-  config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots")
+  config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots",
+                        "--config.model.attention_impl=xla")
   config_schema.validate(config)
-  assert build_model(config, mesh=None).cfg.remat == "dots"
+  cfg = build_model(config, mesh=None).cfg
+  assert (cfg.remat, cfg.attention_impl) == ("dots", "xla")
+
+
+def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
+  from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
+  config, _, _ = _parse("--config=smoke.py", "--config.model.attention_impl=pallas_tpu")
+  config_schema.validate(config)  # a known kernel: the platform check is the builder's
+  with pytest.raises(ValueError, match=r"config.model.attention_impl='pallas_tpu' needs a tpu"):
+    build_model(config, mesh=None)
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
