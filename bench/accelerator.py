@@ -24,7 +24,9 @@ Parts (`--parts`; each preset runs every part):
   with `--rollout-slots` slots; a warm-up pass with scale 1 compiles first. Reported with
   the decode_tok_s of the same preset at batch 256 (same batch as the slots by default):
   rollout_vs_decode_frac.
-Prints ONE JSON line; every figure's key ends in its unit (see "units" in the output).
+Prints ONE JSON line; every figure's key ends in its unit (see "units" in the output). A
+part that raises is reported as {"error": ...} in its place (traceback on stderr, exit
+status 1) and the other parts still run; `--partial FILE` is rewritten after every part.
 On a CPU backend it exits at once with a one-line refusal (exit status 2).
 """
 
@@ -36,6 +38,7 @@ import json
 import pathlib
 import sys
 import time
+import traceback
 
 import jax
 import jax.numpy as jnp
@@ -241,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--rollout-scale", type=int, default=4,
                       help="copies of bench/rollout.py's workload (4: 192 episodes + 32 designer)")
   parser.add_argument("--rollout-slots", type=int, default=256)
+  parser.add_argument("--partial", help="file rewritten with the results so far after each part")
   args = parser.parse_args(argv)
   if jax.default_backend() == "cpu":
     print(REFUSAL, file=sys.stderr)
@@ -254,22 +258,40 @@ def main(argv: list[str] | None = None) -> int:
             "device": jax.devices()[0].device_kind, "jax": jax.__version__,
             "copy_bandwidth_gb_s": round(bandwidth / 1e9, 1),
             "bf16_matmul_peak_tflop_s": round(peak / 1e12, 1), "units": UNITS}
+  failed = False
   for preset in args.presets.split(","):
-    entry = {}
-    if "decode" in parts:
-      entry["decode"] = bench_decode(preset, bandwidth)
-    if "grpo" in parts:
-      entry["grpo"] = bench_grpo(preset, peak)
-    if "rollout" in parts:
-      entry["rollout"] = bench_rollout(preset, args.rollout_scale, args.rollout_slots)
-      same_batch = entry.get("decode", {}).get(f"b{args.rollout_slots}")
-      if same_batch:
-        entry["rollout"]["rollout_vs_decode_frac"] = round(
-            entry["rollout"]["rollout_tok_s"] / same_batch["decode_tok_s"], 3)
-    result[preset] = entry
+    entry = result[preset] = {}
+    for part in ("decode", "grpo", "rollout"):
+      if part not in parts:
+        continue
+      try:  # a failing part is reported in the JSON; the other parts still run
+        entry[part] = _run_part(part, preset, args, bandwidth, peak)
+      except Exception as err:  # pylint: disable=broad-except
+        failed = True
+        entry[part] = {"error": f"{type(err).__name__}: {err}"[:2000]}
+        traceback.print_exc()
+      _write_partial(args.partial, result)
+    same_batch = entry.get("decode", {}).get(f"b{args.rollout_slots}")
+    if same_batch and "rollout_tok_s" in entry.get("rollout", {}):
+      entry["rollout"]["rollout_vs_decode_frac"] = round(
+          entry["rollout"]["rollout_tok_s"] / same_batch["decode_tok_s"], 3)
   print(json.dumps(result))
-  return 0
+  return 1 if failed else 0
 
+
+def _run_part(part: str, preset: str, args, bandwidth: float, peak: float) -> dict:
+  if part == "decode":
+    return bench_decode(preset, bandwidth)
+  if part == "grpo":
+    return bench_grpo(preset, peak)
+  return bench_rollout(preset, args.rollout_scale, args.rollout_slots)
+
+
+def _write_partial(path: str | None, result: dict) -> None:
+  """The results so far, rewritten after every part: a run cut off by its time limit still
+  leaves the finished parts."""
+  if path:
+    pathlib.Path(path).write_text(json.dumps(result) + "\n")
 
 if __name__ == "__main__":
   sys.exit(main())

@@ -1,6 +1,7 @@
 """bench/accelerator.py on CPU: the refusal, --help, and its roofline / MFU arithmetic."""
 
 import importlib.util
+import json
 import pathlib
 
 import pytest
@@ -68,3 +69,30 @@ def test_decode_roofline_by_hand():
   assert step == 10**9 + 64 * 640 * kv
   # 4.8e12 B/s over that step, 64 tokens a step.
   assert bench.roofline_tok_s(step, 64, 4.8e12) == pytest.approx(64 * 4.8e12 / step)
+
+
+def test_a_failing_part_is_reported_and_the_rest_still_runs(monkeypatch, capsys, tmp_path):
+  """As if on a GPU (measurements stubbed): grpo raises, decode's figures still come out."""
+  monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+  monkeypatch.setattr(bench, "copy_bandwidth", lambda: 4e12)
+  monkeypatch.setattr(bench, "matmul_peak", lambda: 9e14)
+  monkeypatch.setattr(bench, "bench_decode", lambda preset, bw: {"b1": {"decode_tok_s": 1.0}})
+
+  def broken(preset, peak):
+    raise RuntimeError("out of memory")
+
+  monkeypatch.setattr(bench, "bench_grpo", broken)
+  partial = tmp_path / "partial.json"
+  assert bench.main(["--presets", "tiny", "--parts", "decode,grpo",
+                     "--partial", str(partial)]) == 1
+  result = json.loads(capsys.readouterr().out)
+  assert result["tiny"] == {"decode": {"b1": {"decode_tok_s": 1.0}},
+                            "grpo": {"error": "RuntimeError: out of memory"}}
+  assert result["copy_bandwidth_gb_s"] == 4000.0 and result["bf16_matmul_peak_tflop_s"] == 900.0
+  assert json.loads(partial.read_text()) == result
+
+
+def test_unknown_parts_are_refused(monkeypatch):
+  monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+  with pytest.raises(SystemExit):
+    bench.main(["--parts", "decode,train"])
