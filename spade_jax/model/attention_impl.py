@@ -10,11 +10,15 @@
   "pallas_tpu" on TPU.
 Naming a kernel the platform lacks raises a ValueError that names the option.
 
-The blocked kernel reads the dense [B, T, T] mask of `uncached_mask`; the fused kernels read
-per-token segment ids (`kernel_segments`): the row's segment, or `PAD_SEGMENT` for padding,
-plus causality by index. That is the same visibility for every real token (a pad then sees
-only pads, its output is never used). cuDNN gets the segment equality as its `mask` (jax
-adds it as a bias) together with `is_causal`; splash takes the segment ids natively.
+The blocked kernel reads the dense [B, T, T] mask of `uncached_mask`. The fused kernels read
+one value per token (`self_mask`): without packing, whether it is real ([B, T] bool); with
+`segment_ids`, its segment or `PAD_SEGMENT` on padding ([B, T] int32); plus causality by
+index. That is the same visibility for every real token (a pad's output is never used).
+Splash takes segment ids natively. The `jax.nn.dot_product_attention` call takes padding
+as sequence lengths: each row's real tokens are moved to its front in order (a stable
+argsort), attended with `is_causal` and `query_seq_lengths = key_value_seq_lengths`, and
+moved back, so any padding costs no mask; packed rows instead pass the segment equality as
+its `mask` (jax adds it as a [B, 1, T, T] bias).
 
 With "cudnn" a one-token decode step over the KV cache runs JAX's Pallas GPU decode kernel
 (`jax.experimental.pallas.ops.gpu.decode_attention.gqa`), which reads each row only from
@@ -101,10 +105,13 @@ def kernel_segments(positions: jax.Array, segment_ids: jax.Array | None) -> jax.
 
 
 def self_mask(impl: str, positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
-  """What `self_attention(impl, ...)` reads as its mask: [B, T, T] bool for "blocked",
-  [B, T] int32 segment ids for the fused kernels (no [B, T, T] array is built for them)."""
+  """What `self_attention(impl, ...)` reads as its mask: [B, T, T] bool for "blocked"; for
+  the fused kernels [B, T] bool (real tokens) without packing, [B, T] int32 segment ids
+  (`kernel_segments`) with it. No [B, T, T] array is built for the fused kernels."""
   if impl == "blocked":
     return uncached_mask(positions, segment_ids)
+  if segment_ids is None:
+    return positions >= 0
   return kernel_segments(positions, segment_ids)
 
 
@@ -119,7 +126,8 @@ def self_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: ja
   if impl in ("xla", "cudnn"):
     return _dot_product(q, k, v, mask, scale, impl)
   if impl == "pallas_tpu":
-    return _sharded_over_rows(functools.partial(_splash, scale=scale), q, k, v, mask)
+    segments = jnp.where(mask, 0, PAD_SEGMENT) if mask.dtype == jnp.bool_ else mask
+    return _sharded_over_rows(functools.partial(_splash, scale=scale), q, k, v, segments)
   raise ValueError(f"attention kernel {impl!r} is not resolved; expected one of "
                    f"{ATTENTION_IMPLS[1:]}")
 
@@ -163,11 +171,20 @@ def _gpu_decode(q, k, v, start, end, scale):
   return out[:, None].astype(v.dtype)
 
 
-def _dot_product(q, k, v, segments, scale, impl):
-  visible = segments[:, None, :, None] == segments[:, None, None, :]  # [B, 1, T, T]
+def _dot_product(q, k, v, mask, scale, impl):
+  """jax.nn.dot_product_attention: padding as lengths (unpacked rows), else a segment mask."""
   implementation = "xla" if impl == "cudnn" and _EMULATE.get() else impl
-  return jax.nn.dot_product_attention(q, k, v, mask=visible, scale=scale, is_causal=True,
-                                      implementation=implementation)
+  if mask.dtype != jnp.bool_:  # packed segment ids
+    visible = mask[:, None, :, None] == mask[:, None, None, :]  # [B, 1, T, T]
+    return jax.nn.dot_product_attention(q, k, v, mask=visible, scale=scale, is_causal=True,
+                                        implementation=implementation)
+  order = jnp.argsort(~mask, axis=1, stable=True)  # [B, T]: real tokens first, in order
+  lengths = jnp.sum(mask, axis=1, dtype=jnp.int32)
+  gather = lambda x, index: jnp.take_along_axis(x, index[:, :, None, None], axis=1)
+  out = jax.nn.dot_product_attention(
+      gather(q, order), gather(k, order), gather(v, order), scale=scale, is_causal=True,
+      query_seq_lengths=lengths, key_value_seq_lengths=lengths, implementation=implementation)
+  return gather(out, jnp.argsort(order, axis=1))  # back to the rows' own order
 
 
 def _sharded_over_rows(fn, q, k, v, segments):

@@ -94,18 +94,22 @@ _SEG = np.array([[0] * 10 + [1] * 14, [0] * 24], np.int32)  # row 0 packs two se
 
 
 @functools.cache
-def _blocked_reference(preset):
+def _blocked_reference(preset, packed):
+  seg = jnp.asarray(_SEG) if packed else None
   return _model_logits_and_grads(get_preset(preset, attention_impl="blocked"),
-                                 jnp.asarray(_IDS), jnp.asarray(_VALID), jnp.asarray(_SEG))
+                                 jnp.asarray(_IDS), jnp.asarray(_VALID), seg)
 
 
-# "xla" is the call "cudnn" makes here (emulated), so the model runs once per distinct path.
-@pytest.mark.parametrize("preset", ["tiny", "tiny-moe"])
-@pytest.mark.parametrize("impl", ["cudnn", "pallas_tpu"])
-def test_model_matches_blocked_kernel(preset, impl):
-  """The whole model (dense and MoE presets) with padding and packed segments."""
-  ids, valid, seg = jnp.asarray(_IDS), _VALID, jnp.asarray(_SEG)
-  want, want_grads = _blocked_reference(preset)
+# "xla" is the call "cudnn" makes here (emulated), so the model runs once per distinct path:
+# cuDNN with packed segments (a mask) and without (padding as lengths), splash with both.
+@pytest.mark.parametrize("preset,impl,packed", [
+    ("tiny", "cudnn", True), ("tiny", "cudnn", False), ("tiny", "pallas_tpu", True),
+    ("tiny-moe", "cudnn", True), ("tiny-moe", "pallas_tpu", False)])
+def test_model_matches_blocked_kernel(preset, impl, packed):
+  """The whole model (dense and MoE presets) with left and right padding."""
+  ids, valid = jnp.asarray(_IDS), _VALID
+  seg = jnp.asarray(_SEG) if packed else None
+  want, want_grads = _blocked_reference(preset, packed)
   with emulated_kernels():
     got, got_grads = _model_logits_and_grads(
         get_preset(preset, attention_impl=impl), ids, jnp.asarray(valid), seg)
