@@ -55,7 +55,20 @@ class DecoderLayer(nnx.Module):
 
 
 def _call_layer(layer: DecoderLayer, x, cos, sin, mask):
-  return layer(x, cos, sin, mask)
+  return layer(x, cos, sin, mask)[0]
+
+
+def _remat_layer(policy):
+  """_call_layer under jax.checkpoint(policy), over the layer's state as a plain pytree.
+
+  Not `nnx.remat`: inside the trainer's micro-batch scan, the frozen reference's layers hold
+  arrays of the enclosing trace, and nnx.remat's in-place update of them raised
+  TraceContextError. A layer changes no state, so nothing has to flow back out."""
+  def run(layer: DecoderLayer, x, cos, sin, mask):
+    graphdef, state = nnx.split(layer)
+    pure = lambda state, *args: _call_layer(nnx.merge(graphdef, state), *args)
+    return jax.checkpoint(pure, policy=policy)(state, x, cos, sin, mask)
+  return run
 
 
 def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
@@ -134,9 +147,9 @@ class Qwen3(nnx.Module):
     x = constrain(self.embed(ids), _ACT)  # [B, T, D]
     if cache is None:
       policy = REMAT_POLICIES[resolve_remat(self.cfg.remat)]  # for the training pass
-      run_layer = _call_layer if policy is None else nnx.remat(_call_layer, policy=policy)
+      run_layer = _call_layer if policy is None else _remat_layer(policy)
       for layer in self.layers:
-        x = run_layer(layer, x, cos, sin, mask)[0]
+        x = run_layer(layer, x, cos, sin, mask)
       return self.final_norm(x)
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):

@@ -4,11 +4,13 @@ import os
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from spade_jax.model import Qwen3, get_preset, make_mesh
+from spade_jax.model.attention_impl import emulated_kernels
 from spade_jax.model.load import load_model
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager
@@ -93,6 +95,33 @@ def test_logits_at_loss_positions_only_train_like_logits_everywhere(initial):
   compact = Trainer(RL, _model(initial))  # logprob_positions="loss" (the default)
   _train_alike(full, compact, ("loss", "kl", "entropy", "clip_fraction", "grad_norm",
                                "logprob_gap_max"), metric_atol=1e-7)
+
+
+def _model_with(initial, **changes):
+  """The initial weights in a graph built with ModelConfig changes (as run.build_model does)."""
+  graphdef, state = initial
+  cfg = get_preset("tiny", **changes)
+  graph = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
+  return nnx.merge(graph, jax.tree.map(jnp.copy, state))
+
+
+def test_remat_with_the_reference_trains_like_no_remat(initial):
+  """Rematerialised layers in the micro-batch scan, the reference's too (this once raised
+  flax's TraceContextError under nnx.remat)."""
+  _train_alike(Trainer(RL, _model(initial)), Trainer(RL, _model_with(initial, remat="full")),
+               ("loss", "kl", "entropy", "grad_norm"), metric_atol=1e-6)
+
+
+def test_accelerator_training_path_trains_like_the_cpu_path(initial, monkeypatch):
+  """As on a GPU: cuDNN attention (emulated: the XLA implementation of the same call) and
+  remat "auto" = full, through micro-batches, the reference and TIS; same metrics and
+  parameters as the blocked kernel without remat."""
+  cpu = Trainer(dict(RL, tis_cap=1.0), _model(initial))
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  with emulated_kernels():
+    gpu = Trainer(dict(RL, tis_cap=1.0), _model_with(initial, attention_impl="cudnn"))
+    _train_alike(cpu, gpu, ("loss", "kl", "entropy", "grad_norm", "logprob_gap_mean",
+                            "importance_ratio_max", "tis_truncated_fraction"), metric_atol=1e-6)
 
 
 def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial):
