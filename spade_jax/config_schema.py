@@ -52,9 +52,11 @@ def base_config() -> ConfigDict:
   c.model.checkpoint = ""  # HF dir / hub id / trainer checkpoint; "" = random init
   c.model.param_dtype = model.param_dtype  # storage dtype of the weights and optimiser moments
   c.model.compute_dtype = model.compute_dtype  # matmul dtype ("bfloat16" on TPU)
-  # Per-layer rematerialisation in the training pass: "none", "dots" (keep matmul outputs) or
-  # "full" (recompute each layer); trades compute for activation memory on long rows.
+  # Per-layer rematerialisation in the training pass: "none", "dots" (keep matmul outputs),
+  # "full" (recompute each layer) or "auto" (none on CPU, full on GPU / TPU; docs/model.md).
   c.model.remat = model.remat
+  # Training attention kernel: "auto" (by platform), "blocked", "xla", "cudnn", "pallas_tpu".
+  c.model.attention_impl = model.attention_impl
   c.tokenizer = "tiny"  # "tiny" (bundled SentencePiece) or a dir / hub id with tokenizer.json
   c.mesh = {"data": 1, "fsdp": -1, "tensor": 1, "expert": 1}  # -1 takes the remaining devices
   c.selfplay = ConfigDict()
@@ -172,9 +174,9 @@ def _check_path_or_hub(field: str, value: str) -> None:
 def _check_model(config: ConfigDict) -> None:
   m = config.model
   _require(m.preset in PRESETS, "model.preset", m.preset, f"one of {sorted(PRESETS)}")
-  try:  # the model's own struct checks dtypes and the remat policy
+  try:  # the model's own struct checks dtypes, the remat policy and the attention kernel
     PRESETS[m.preset].replace(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
-                              remat=m.remat)
+                              remat=m.remat, attention_impl=m.attention_impl)
   except (ValueError, TypeError) as err:
     raise ConfigError(f"config.model: {err}") from None
   if m.checkpoint:

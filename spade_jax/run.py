@@ -30,6 +30,7 @@ from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.logger import StepLogger
 from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
+from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import load_model
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
@@ -42,18 +43,23 @@ from spade_jax.tokenizer import load_tokenizer
 
 
 def build_model(config: Any, mesh):
-  """The policy: the preset at random init (seeded), or the checkpoint's weights."""
+  """The policy: the preset at random init (seeded), or the checkpoint's weights, with the
+  config's compute dtype, attention kernel and remat policy. An attention kernel the
+  platform lacks fails here, before anything compiles."""
   m = config.model
-  numerics = dict(compute_dtype=str(m.compute_dtype), remat=str(m.remat))
+  param_dtype = str(m.param_dtype)
+  static = dict(compute_dtype=str(m.compute_dtype), attention_impl=str(m.attention_impl),
+                remat=str(m.remat))  # static in the module graph
+  resolve_attention_impl(static["attention_impl"], static["compute_dtype"])
   if not m.checkpoint:
-    cfg = get_preset(m.preset).replace(param_dtype=str(m.param_dtype), **numerics)
+    cfg = get_preset(m.preset).replace(param_dtype=param_dtype, **static)
     return create_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(int(config.seed))), mesh)
-  model = load_model(m.checkpoint, dtype=str(m.param_dtype), mesh=mesh)
-  if all(getattr(model.cfg, k) == v for k, v in numerics.items()):
+  model = load_model(m.checkpoint, dtype=param_dtype, mesh=mesh)
+  cfg = model.cfg.replace(**static)
+  if cfg == model.cfg:
     return model
-  # Compute dtype and remat are static in the module graph: re-merge the loaded weights into
-  # a graph built with the requested ones (no copy of the parameters).
-  cfg = model.cfg.replace(**numerics)
+  # Re-merge the loaded weights into a graph built for the requested static settings (no
+  # copy of the parameters).
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
   return nnx.merge(graphdef, nnx.state(model))
 

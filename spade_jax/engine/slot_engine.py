@@ -44,9 +44,9 @@ from spade_jax.engine.state import (
 )
 from spade_jax.model import KVCache
 from spade_jax.model.kv_cache import (
-  K_ENTRY_AXIS,
   V_ENTRY_AXIS,
   Rows,
+  key_entry_axis,
   read_window,
   row_ids,
   write_entries,
@@ -103,7 +103,7 @@ def _insert(prefix: Prefix, state: DecodeState, slots) -> DecodeState:
   cache = _forget_from(state.cache, slots, start)
   put = lambda full, new, axis: tuple(write_entries(f, n, slots, start, axis)
                                       for f, n in zip(full, new, strict=True))
-  cache = KVCache(k=put(cache.k, c.k, K_ENTRY_AXIS), v=put(cache.v, c.v, V_ENTRY_AXIS),
+  cache = KVCache(k=put(cache.k, c.k, key_entry_axis()), v=put(cache.v, c.v, V_ENTRY_AXIS),
                   pos=write_entries(cache.pos, c.pos, slots, start),
                   end=cache.end.at[slots].set(c.end, mode="drop"))
   return _put_slots(state, cache, slots, prefix.token, prefix.slot_params)
@@ -180,7 +180,7 @@ def _resize(state: DecodeState, cfg, rows: int, length: int, max_stop_ids: int) 
 
   per_row = lambda d, x: overlap(d, x, (0,))
   kv = lambda d, x, axis: tuple(overlap(a, b, (0, axis)) for a, b in zip(d, x, strict=True))
-  cache = KVCache(k=kv(new.cache.k, c.k, K_ENTRY_AXIS), v=kv(new.cache.v, c.v, V_ENTRY_AXIS),
+  cache = KVCache(k=kv(new.cache.k, c.k, key_entry_axis()), v=kv(new.cache.v, c.v, V_ENTRY_AXIS),
                   pos=overlap(new.cache.pos, c.pos, (0, 1)), end=per_row(new.cache.end, c.end))
   return constrain_state(DecodeState(
       cache=cache,

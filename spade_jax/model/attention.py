@@ -6,10 +6,20 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spade_jax.model.attention_impl import (
+  decode_attention,
+  resolve_attention_impl,
+  self_attention,
+)
 from spade_jax.model.config import ModelConfig
-from spade_jax.model.kv_cache import K_ENTRY_AXIS, V_ENTRY_AXIS, Rows, read_window, write_entries
+from spade_jax.model.kv_cache import (
+  V_ENTRY_AXIS,
+  Rows,
+  key_entry_axis,
+  read_window,
+  write_entries,
+)
 from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
-from spade_jax.model.train_attention import causal_attention
 
 # Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
 # instead of NaNs; its output is never used.
@@ -30,9 +40,10 @@ def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Ar
 
 def cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
                      scale: float) -> jax.Array:
-  """dot_product_attention over keys and values in the cache layout: k [B, K, Hd, S],
-  v [B, K, S, Hd] (see KVCache)."""
-  return _einsum_attention(q, k, v, mask, scale, "bkhs", "bksh")
+  """dot_product_attention over keys and values in the cache layout: k [B, K, Hd, S] on CPU,
+  [B, K, S, Hd] elsewhere; v [B, K, S, Hd] (see KVCache)."""
+  return _einsum_attention(q, k, v, mask, scale, "bkhs" if key_entry_axis() == 3 else "bksh",
+                           "bksh")
 
 
 def _einsum_attention(q, k, v, mask, scale, k_spec: str, v_spec: str):
@@ -70,13 +81,16 @@ class Attention(nnx.Module):
     self.q_norm = RMSNorm(hd, cfg.rms_norm_eps, "head_dim", param_dtype=dt["param_dtype"])
     self.k_norm = RMSNorm(hd, cfg.rms_norm_eps, "head_dim", param_dtype=dt["param_dtype"])
     self.scale = hd ** -0.5
+    self.attention_impl = cfg.attention_impl
+    self.compute_dtype = cfg.compute_dtype
 
   def __call__(
       self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
       kv: tuple[jax.Array, jax.Array] | None = None, write_at: jax.Array | None = None,
       rows: Rows = None, read_len: int | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-    """x [B, T, D]; cos/sin [B, T, Hd]; mask [B, T, S].
+    """x [B, T, D]; cos/sin [B, T, Hd]; mask [B, T, S] bool with a cache, else what
+    `attention_impl.self_mask` gives for this config's kernel.
 
     Without a cache S == T. With `kv` (this layer's whole cache: k [S_all, K, Hd, L],
     v [S_all, K, L, Hd]) the new keys and values are first written at `write_at` [B] of the
@@ -88,13 +102,15 @@ class Attention(nnx.Module):
     k = apply_rope(self.k_norm(self.k_proj(x)), cos, sin)  # [B, T, K, Hd]
     v = self.v_proj(x)  # [B, T, K, Hd]
     new_kv = None
+    impl = resolve_attention_impl(self.attention_impl, self.compute_dtype)
     if kv is not None:
-      new_kv = (write_entries(kv[0], k.transpose(0, 2, 3, 1), rows, write_at, K_ENTRY_AXIS),
+      ka = key_entry_axis()
+      k_entries = k.transpose(0, 2, 3, 1) if ka == 3 else k.swapaxes(1, 2)  # in the cache layout
+      new_kv = (write_entries(kv[0], k_entries, rows, write_at, ka),
                 write_entries(kv[1], v.swapaxes(1, 2), rows, write_at, V_ENTRY_AXIS))
-      k = read_window(new_kv[0], rows, read_len, K_ENTRY_AXIS).astype(q.dtype)  # [B, K, Hd, S]
+      k = read_window(new_kv[0], rows, read_len, ka).astype(q.dtype)  # cache layout, S entries
       v = read_window(new_kv[1], rows, read_len, V_ENTRY_AXIS).astype(q.dtype)  # [B, K, S, Hd]
-      out = cached_attention(q, k, v, mask, self.scale)
-    else:  # the uncached mask is causal: blocked attention skips the keys after each block
-      out = causal_attention(q, k, v, mask, self.scale)
+      out = decode_attention(impl, q, k, v, mask, self.scale, fallback=cached_attention)
+    else:  # the kernel chosen by config.model.attention_impl for this platform
+      out = self_attention(impl, q, k, v, mask, self.scale)
     return self.o_proj(out), new_kv
-

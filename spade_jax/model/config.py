@@ -20,6 +20,20 @@ REMAT_POLICIES: dict[str, Any] = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
 }
+# What remat="auto" means per platform (docs/model.md, "Memory for long rows"): CPU hosts
+# have the memory and no compute to spare; an accelerator keeps only each layer's input.
+REMAT_AUTO = {"cpu": "none", "gpu": "full", "tpu": "full"}
+
+
+def resolve_remat(name: str, platform: str | None = None) -> str:
+  """The REMAT_POLICIES key `name` means on `platform` (default: jax's default backend)."""
+  if name != "auto":
+    return name
+  return REMAT_AUTO.get(jax.default_backend() if platform is None else platform, "none")
+
+
+# Uncached attention kernels (attention_impl.py): "auto" picks one for the platform.
+ATTENTION_IMPLS = ("auto", "blocked", "xla", "cudnn", "pallas_tpu")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +61,8 @@ class ModelConfig:
   # Numerics: parameters are stored in param_dtype, matmuls run in compute_dtype.
   param_dtype: str = "float32"
   compute_dtype: str = "float32"
-  remat: str = "none"  # key of REMAT_POLICIES
+  remat: str = "auto"  # key of REMAT_POLICIES, or "auto" (REMAT_AUTO by platform)
+  attention_impl: str = "auto"  # one of ATTENTION_IMPLS
 
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -73,9 +88,12 @@ class ModelConfig:
     if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
       raise ValueError(f"num_experts_per_tok={self.num_experts_per_tok} must be in "
                        f"[1, num_experts={self.num_experts}]")
-    if self.remat not in REMAT_POLICIES:
-      raise ValueError(
-          f"ModelConfig.remat={self.remat!r}; expected one of {sorted(REMAT_POLICIES)}")
+    if self.remat != "auto" and self.remat not in REMAT_POLICIES:
+      raise ValueError(f"ModelConfig.remat={self.remat!r}; expected one of "
+                       f"{sorted([*REMAT_POLICIES, 'auto'])}")
+    if self.attention_impl not in ATTENTION_IMPLS:
+      raise ValueError(f"ModelConfig.attention_impl={self.attention_impl!r}; expected one of "
+                       f"{ATTENTION_IMPLS}")
     for name in ("param_dtype", "compute_dtype"):
       value = getattr(self, name)
       try:

@@ -24,13 +24,14 @@ from spade_jax.model.config import ModelConfig
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVCache:
-  """k: tuple over layers of [B, K, Hd, S]; v: same of [B, K, S, Hd]; pos: [B, S] int32;
-  end: [B] int32.
+  """k: tuple over layers of [B, K, Hd, S] on CPU, [B, K, S, Hd] on GPU / TPU; v: same of
+  [B, K, S, Hd]; pos: [B, S] int32; end: [B] int32.
 
-  Each kv head's block is contiguous, keys stored transposed: a decode step's scores are then
-  a [G, Hd] x [Hd, S] product per row and head, and its output a [G, S] x [S, Hd] one, two
-  plain matmuls over contiguous memory. On XLA's CPU backend this is faster than any form
-  over [B, K, S, Hd] keys, by far at long caches.
+  Each kv head's block is contiguous. On CPU the keys are stored transposed: a decode step's
+  scores are then a [G, Hd] x [Hd, S] product per row and head, and its output a [G, S] x
+  [S, Hd] one, two plain matmuls over contiguous memory; on XLA's CPU backend this is faster
+  than any form over [B, K, S, Hd] keys, by far at long caches. On an accelerator the keys
+  take the values' layout, the one JAX's decode kernels read (`key_entry_axis`).
   """
 
   k: tuple[jax.Array, ...]
@@ -44,7 +45,8 @@ class KVCache:
     """An empty cache holding up to `max_len` entries per row."""
     if batch_size < 1 or max_len < 1:
       raise ValueError(f"KVCache.init: batch_size={batch_size} and max_len={max_len} must be >= 1")
-    k_shape = (batch_size, cfg.num_kv_heads, cfg.head_dim, max_len)
+    k_shape = ((batch_size, cfg.num_kv_heads, cfg.head_dim, max_len) if key_entry_axis() == 3
+               else (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim))
     v_shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
     return cls(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
                v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)),
@@ -61,16 +63,27 @@ class KVCache:
 
 
 Rows = jax.Array | None  # cache rows a call uses: None = all, else an index per input row
-K_ENTRY_AXIS = 3  # entries axis of the key buffers [B, K, Hd, S]
 V_ENTRY_AXIS = 2  # entries axis of the value buffers [B, K, S, Hd]
-_K_AXES = ("batch", "kv_heads", "head_dim", "length")
 _V_AXES = ("batch", "kv_heads", "length", "head_dim")
+
+
+def key_entry_axis(platform: str | None = None) -> int:
+  """Entries axis of the key buffers on `platform` (default: jax's default backend): 3 on
+  CPU ([B, K, Hd, S]), 2 elsewhere ([B, K, S, Hd], like the values)."""
+  return 3 if (jax.default_backend() if platform is None else platform) == "cpu" else 2
+
+
+def _key_axes() -> tuple[str, ...]:
+  if key_entry_axis() == 3:
+    return ("batch", "kv_heads", "head_dim", "length")
+  return _V_AXES
 
 
 def map_with_axes(cache: KVCache, fn) -> KVCache:
   """A KVCache of fn(leaf, logical axis names of the leaf): the one place that names the
   cache's axes, for sharding rules."""
-  return KVCache(k=tuple(fn(x, _K_AXES) for x in cache.k), v=tuple(fn(x, _V_AXES) for x in cache.v),
+  return KVCache(k=tuple(fn(x, _key_axes()) for x in cache.k),
+                 v=tuple(fn(x, _V_AXES) for x in cache.v),
                  pos=fn(cache.pos, ("batch", "length")), end=fn(cache.end, ("batch",)))
 
 
@@ -85,7 +98,7 @@ def row_ids(rows: Rows, count: int) -> jax.Array:
 def read_window(buf: jax.Array, rows: Rows, length: int | None = None,
                 entry_axis: int = 1) -> jax.Array:
   """The selected rows of buf [S, ...] and the first `length` entries (None = all) along
-  `entry_axis` (1 for pos [S, L], K_ENTRY_AXIS / V_ENTRY_AXIS for keys / values).
+  `entry_axis` (1 for pos [S, L], key_entry_axis() / V_ENTRY_AXIS for keys / values).
 
   Index arrays gather; out-of-range rows read the last row (their results are never
   written).

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.attention import Attention
-from spade_jax.model.config import REMAT_POLICIES, ModelConfig
+from spade_jax.model.attention_impl import resolve_attention_impl, self_mask
+from spade_jax.model.config import REMAT_POLICIES, ModelConfig, resolve_remat
 from spade_jax.model.kv_cache import KVCache, Rows, read_window, row_ids, write_entries
 from spade_jax.model.layers import Einsum, Embed, RMSNorm, rope_cos_sin
 from spade_jax.model.moe import MoEBlock
@@ -54,7 +55,20 @@ class DecoderLayer(nnx.Module):
 
 
 def _call_layer(layer: DecoderLayer, x, cos, sin, mask):
-  return layer(x, cos, sin, mask)
+  return layer(x, cos, sin, mask)[0]
+
+
+def _remat_layer(policy):
+  """_call_layer under jax.checkpoint(policy), over the layer's state as a plain pytree.
+
+  Not `nnx.remat`: inside the trainer's micro-batch scan, the frozen reference's layers hold
+  arrays of the enclosing trace, and nnx.remat's in-place update of them raised
+  TraceContextError. A layer changes no state, so nothing has to flow back out."""
+  def run(layer: DecoderLayer, x, cos, sin, mask):
+    graphdef, state = nnx.split(layer)
+    pure = lambda state, *args: _call_layer(nnx.merge(graphdef, state), *args)
+    return jax.checkpoint(pure, policy=policy)(state, x, cos, sin, mask)
+  return run
 
 
 def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
@@ -66,15 +80,6 @@ def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Ar
                               segment_ids[:, 1:] != segment_ids[:, :-1]], axis=1)
     count = count - jax.lax.cummax(jnp.where(starts, count - v, 0), axis=1)
   return jnp.where(valid, count - 1, -1)
-
-
-def uncached_mask(positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
-  """[B, T, T] visibility: causal, real keys (position >= 0), same segment when packed."""
-  t = positions.shape[1]
-  mask = jnp.tril(jnp.ones((t, t), bool))[None] & (positions >= 0)[:, None, :]
-  if segment_ids is not None:
-    mask &= segment_ids[:, :, None] == segment_ids[:, None, :]
-  return mask
 
 
 class Qwen3(nnx.Module):
@@ -130,8 +135,9 @@ class Qwen3(nnx.Module):
     elif positions is None:
       positions = default_positions(valid, segment_ids)
     positions = jnp.where(valid, positions, -1).astype(jnp.int32)  # [B, T], -1 = pad
-    if cache is None:
-      mask = uncached_mask(positions, segment_ids)  # [B, T, T]
+    if cache is None:  # [B, T, T] bool, or [B, T] segment ids for a fused kernel
+      impl = resolve_attention_impl(self.cfg.attention_impl, self.cfg.compute_dtype)
+      mask = self_mask(impl, positions, segment_ids)
     else:
       full_pos = write_entries(cache.pos, positions, rows, write_at)  # [S_all, L]
       entry_pos = read_window(full_pos, rows, read_len)  # [B, S]
@@ -140,10 +146,10 @@ class Qwen3(nnx.Module):
     cos, sin = rope_cos_sin(positions, self.cfg.head_dim, self.cfg.rope_theta)
     x = constrain(self.embed(ids), _ACT)  # [B, T, D]
     if cache is None:
-      policy = REMAT_POLICIES[self.cfg.remat]  # rematerialisation is for the training pass
-      run_layer = _call_layer if policy is None else nnx.remat(_call_layer, policy=policy)
+      policy = REMAT_POLICIES[resolve_remat(self.cfg.remat)]  # for the training pass
+      run_layer = _call_layer if policy is None else _remat_layer(policy)
       for layer in self.layers:
-        x = run_layer(layer, x, cos, sin, mask)[0]
+        x = run_layer(layer, x, cos, sin, mask)
       return self.final_norm(x)
     new_k, new_v = [], []
     for i, layer in enumerate(self.layers):

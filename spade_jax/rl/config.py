@@ -45,6 +45,10 @@ class RLConfig:
   # designer_loss_share of the loss weight (aggregation.role_balanced); off = one pool.
   role_balance: bool = False
   designer_loss_share: float = 0.2
+  # Rollout/train mismatch: truncated importance sampling. > 0: the clipped ratio is taken
+  # against the trainer's own (proximal) log-probs and each token's loss is weighted by
+  # min(pi_proximal / pi_behaviour, tis_cap), detached (docs/rl.md); 0 = off.
+  tis_cap: float = 0.0
   # Advantages: normalised within each (role, group); then scaled by the role's weight.
   adv_estimator: str = "grpo"
   adv_std_bessel: bool = False
@@ -75,7 +79,7 @@ class RLConfig:
       _check(self.total_steps > self.warmup_steps, "total_steps", "> warmup_steps for cosine",
              self.total_steps)
     for name in ("weight_decay", "grad_clip_norm", "beta", "clip_high", "agent_weight",
-                 "designer_weight"):
+                 "designer_weight", "tis_cap"):
       _check(getattr(self, name) >= 0, name, ">= 0", getattr(self, name))
     _check(0 <= self.clip_low < 1, "clip_low", "in [0, 1)", self.clip_low)
     _check(0 <= self.designer_loss_share <= 1, "designer_loss_share", "in [0, 1]",

@@ -88,17 +88,29 @@ def grpo_token_loss(logp: jax.Array, behaviour_logp: jax.Array, ref_logp: jax.Ar
                     ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Per-token clipped-ratio loss plus beta * KL; zero off the loss mask.
 
-  loss_t = max(-A * r_t, -A * clip(r_t, 1 - clip_low, 1 + clip_high)) + beta * KL_t,
-  r_t = exp(logp_t - behaviour_logp_t). Returns the loss [B, T] and per-token terms
-  (kl, clipped, gap) that the step turns into metrics.
+  loss_t = w_t * max(-A * r_t, -A * clip(r_t, 1 - clip_low, 1 + clip_high)) + beta * KL_t.
+  Without truncated importance sampling (tis_cap = 0): r_t = exp(logp_t - behaviour_logp_t)
+  and w_t = 1. With it: r_t = exp(logp_t - prox_t) against the trainer's own log-probs
+  prox_t = stop_gradient(logp_t), and w_t = min(exp(prox_t - behaviour_logp_t), tis_cap),
+  detached: the rollout/train mismatch enters as a bounded weight, not through the clip
+  (verl's rollout correction, slime's --use-tis). Returns the loss [B, T] and per-token
+  terms (kl, clipped, gap, ratio, truncated) that the step turns into metrics.
   """
   mask = loss_mask > 0  # [B, T]
-  log_ratio = jnp.where(mask, logp - behaviour_logp, 0.0)
-  ratio = jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))
+  # pi_train / pi_rollout per token: the mismatch the engine's sampling left.
+  mismatch = _ratio(jnp.where(mask, jax.lax.stop_gradient(logp) - behaviour_logp, 0.0))
+  if cfg.tis_cap > 0:
+    ratio = _ratio(jnp.where(mask, logp - jax.lax.stop_gradient(logp), 0.0))  # 1, with grad
+    weight = jnp.minimum(mismatch, cfg.tis_cap)
+    truncated = mask & (mismatch > cfg.tis_cap)
+  else:
+    ratio = _ratio(jnp.where(mask, logp - behaviour_logp, 0.0))
+    weight = 1.0
+    truncated = jnp.zeros_like(mask)
   adv = advantages[:, None]  # [B, 1]
   unclipped = -adv * ratio
   clipped = -adv * jnp.clip(ratio, 1.0 - cfg.clip_low, 1.0 + cfg.clip_high)
-  per_token = jnp.maximum(unclipped, clipped)
+  per_token = weight * jnp.maximum(unclipped, clipped)
   if cfg.beta > 0:
     kl = jnp.where(mask, KL_ESTIMATORS[cfg.kl_estimator](logp, ref_logp), 0.0)
     per_token = per_token + cfg.beta * kl
@@ -108,5 +120,11 @@ def grpo_token_loss(logp: jax.Array, behaviour_logp: jax.Array, ref_logp: jax.Ar
       "kl": kl,
       "clipped": (mask & (clipped > unclipped)).astype(jnp.float32),
       "gap": jnp.where(mask, jnp.abs(behaviour_logp - logp), 0.0),
+      "ratio": jnp.where(mask, mismatch, 0.0),
+      "truncated": truncated.astype(jnp.float32),
   }
   return jnp.where(mask, per_token, 0.0), terms
+
+
+def _ratio(log_ratio: jax.Array) -> jax.Array:
+  return jnp.exp(jnp.clip(log_ratio, -LOG_RATIO_BOUND, LOG_RATIO_BOUND))

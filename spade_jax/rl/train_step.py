@@ -27,7 +27,9 @@ from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_token_loss, token_logprobs
 
 # Metrics summed over micro-batches; `_finalise` turns them into means.
-_SUM_KEYS = ("loss", "loss_tokens", "kl_sum", "entropy_sum", "clipped_sum", "gap_sum")
+_SUM_KEYS = ("loss", "loss_tokens", "kl_sum", "entropy_sum", "clipped_sum", "gap_sum",
+             "ratio_sum", "truncated_sum")
+_MAX_KEYS = ("gap_max", "ratio_max")  # maxima over micro-batches
 
 
 def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
@@ -41,7 +43,7 @@ def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
                                      mb["advantages"], mb["loss_mask"], cfg)
   mask = mb["loss_mask"] > 0
   loss = jnp.sum(mb["weights"] * per_token)
-  gap = jax.lax.stop_gradient(terms["gap"])
+  gap, ratio = jax.lax.stop_gradient(terms["gap"]), terms["ratio"]
   sums = {
       "loss": loss,
       "loss_tokens": jnp.sum(mask.astype(jnp.float32)),
@@ -50,6 +52,9 @@ def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
       "clipped_sum": jnp.sum(terms["clipped"]),
       "gap_sum": jnp.sum(gap),
       "gap_max": jnp.max(gap),
+      "ratio_sum": jnp.sum(ratio),
+      "ratio_max": jnp.max(ratio),
+      "truncated_sum": jnp.sum(terms["truncated"]),
   }
   return loss, jax.tree.map(jax.lax.stop_gradient, sums)
 
@@ -76,12 +81,12 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
     (_, mb_sums), mb_grads = jax.value_and_grad(_micro_loss, has_aux=True)(
         params, ref_logp, rest, mb, graphdef=graphdef, cfg=cfg)
     grads = jax.tree.map(jnp.add, grads, mb_grads)
-    sums = {k: (jnp.maximum(sums[k], v) if k == "gap_max" else sums[k] + v)
+    sums = {k: (jnp.maximum(sums[k], v) if k in _MAX_KEYS else sums[k] + v)
             for k, v in mb_sums.items()}
     return (grads, sums), None
 
   zeros = jax.tree.map(jnp.zeros_like, params)
-  init_sums = {k: jnp.zeros((), jnp.float32) for k in (*_SUM_KEYS, "gap_max")}
+  init_sums = {k: jnp.zeros((), jnp.float32) for k in (*_SUM_KEYS, *_MAX_KEYS)}
   (grads, sums), _ = jax.lax.scan(body, (zeros, init_sums), batch)
   grad_norm = optax.global_norm(grads)
   updates, opt_state = tx.update(grads, opt_state, params)
@@ -98,6 +103,10 @@ def _finalise(sums: dict[str, jax.Array], grad_norm: jax.Array) -> dict[str, jax
       "clip_fraction": sums["clipped_sum"] / tokens,
       "logprob_gap_mean": sums["gap_sum"] / tokens,
       "logprob_gap_max": sums["gap_max"],
+      # pi_train / pi_rollout on loss tokens, and the share truncated at tis_cap.
+      "importance_ratio_mean": sums["ratio_sum"] / tokens,
+      "importance_ratio_max": sums["ratio_max"],
+      "tis_truncated_fraction": sums["truncated_sum"] / tokens,
       "grad_norm": grad_norm,
       "loss_tokens": sums["loss_tokens"],
   }

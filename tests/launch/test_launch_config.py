@@ -52,7 +52,8 @@ def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
   defaults = SelfPlaySettings()
   assert settings == dataclasses.replace(defaults, max_cache_len=settings.max_cache_len)
   model = config_schema.base_config().model
-  assert (model.param_dtype, model.compute_dtype, model.remat) == ("float32", "float32", "none")
+  assert (model.param_dtype, model.compute_dtype, model.remat, model.attention_impl) == (
+      "float32", "float32", "auto", "auto")
 
 
 def test_trainer_temperature_is_the_rollouts():
@@ -64,11 +65,21 @@ def test_trainer_temperature_is_the_rollouts():
   assert SelfPlaySettings.from_config(config).temperature == 0.7
 
 
-def test_model_remat_reaches_the_policy():
+def test_model_remat_and_attention_kernel_reach_the_policy():
   from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
-  config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots")
+  config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots",
+                        "--config.model.attention_impl=xla")
   config_schema.validate(config)
-  assert build_model(config, mesh=None).cfg.remat == "dots"
+  cfg = build_model(config, mesh=None).cfg
+  assert (cfg.remat, cfg.attention_impl) == ("dots", "xla")
+
+
+def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
+  from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
+  config, _, _ = _parse("--config=smoke.py", "--config.model.attention_impl=pallas_tpu")
+  config_schema.validate(config)  # a known kernel: the platform check is the builder's
+  with pytest.raises(ValueError, match=r"config.model.attention_impl='pallas_tpu' needs a tpu"):
+    build_model(config, mesh=None)
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
@@ -124,6 +135,7 @@ def test_shipped_configs_validate(name, tmp_path):
     ("selfplay.group_size=1", r"config.selfplay.group_size=1: expected an int >= 2"),
     ("model.preset=qwen9-1t", r"config.model.preset='qwen9-1t': expected one of"),
     ("model.checkpoint=/no/such/ckpt", r"config.model.checkpoint='/no/such/ckpt': no such"),
+    ("model.attention_impl=flash", r"config.model: ModelConfig.attention_impl='flash'; expected"),
     ("tokenizer=./missing_tok", r"config.tokenizer='./missing_tok': no such"),
     ("selfplay.categories_per_step=9", r"categories_per_step=9: expected <= len"),
     ("selfplay.skills=('deduction','lookup')", r"skills=.*categories of the games setting"),

@@ -5,6 +5,7 @@ import pytest
 from flax import nnx
 
 from spade_jax.model import PRESETS, KVCache, Qwen3, get_preset
+from spade_jax.model.config import resolve_remat
 
 
 @pytest.mark.parametrize("changes, match", [
@@ -60,3 +61,14 @@ def test_bad_inputs_are_rejected_before_compute(abstract_model):
     model(ids, cache=KVCache.init(cfg, 3, 8))
   with pytest.raises(ValueError, match="batch_size=0"):
     KVCache.init(cfg, 0, 8)
+
+
+@pytest.mark.parametrize("platform,expected", [("cpu", "none"), ("gpu", "full"), ("tpu", "full")])
+def test_auto_remat_is_chosen_per_platform(platform, expected):
+  assert resolve_remat("auto", platform) == expected
+  assert resolve_remat("dots", platform) == "dots"  # an explicit policy is kept everywhere
+
+
+def test_unknown_remat_is_rejected():
+  with pytest.raises(ValueError, match="ModelConfig.remat='some'"):
+    get_preset("tiny", remat="some")

@@ -7,7 +7,8 @@ import pytest
 
 from spade_jax.model import train_attention
 from spade_jax.model.attention import dot_product_attention
-from spade_jax.model.qwen3 import default_positions, uncached_mask
+from spade_jax.model.attention_impl import uncached_mask
+from spade_jax.model.qwen3 import default_positions
 from spade_jax.model.train_attention import causal_attention
 
 B, T, N, K, HD = 3, 19, 4, 2, 8  # T not a multiple of the block: a short last block

@@ -1,5 +1,6 @@
 """Advantages, KL estimators, clipping and aggregation against NumPy references."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -105,6 +106,45 @@ def test_clipped_loss_with_kl_matches_numpy(estimator):
   assert 0 < clipped.sum() < mask.sum()  # the case mix exercises both branches
 
 
+def _loss_inputs(seed=2, b=4, t=9):
+  rng = np.random.default_rng(seed)
+  logp = np.log(rng.uniform(0.05, 1, (b, t)))
+  behaviour = np.log(np.clip(np.exp(logp) * rng.uniform(0.5, 1.6, (b, t)), 1e-3, 1))
+  return logp, behaviour, np.array([1.5, -0.7, 0.0, -2.0]), rng.random((b, t)) < 0.7
+
+
+def test_truncated_importance_sampling_weights_tokens_by_the_capped_ratio():
+  """tis_cap > 0: loss_t = -A * min(pi_train / pi_rollout, cap) (the PPO ratio against the
+  trainer's own log-probs is 1), and d loss_t / d logp_t = -A * that detached weight."""
+  logp, behaviour, adv, mask = _loss_inputs()
+  cfg = RLConfig(tis_cap=1.2)
+  args = lambda lp: (lp, *(jnp.asarray(x, jnp.float32) for x in (behaviour, behaviour, adv,
+                                                                  mask)))
+  per_token, terms = grpo_token_loss(*args(jnp.asarray(logp, jnp.float32)), cfg)
+  ratio = np.exp(logp - behaviour)
+  weight = np.minimum(ratio, 1.2)
+  np.testing.assert_allclose(np.asarray(per_token), -adv[:, None] * weight * mask, rtol=1e-5,
+                             atol=1e-7)
+  np.testing.assert_allclose(np.asarray(terms["ratio"]), ratio * mask, rtol=1e-5)
+  np.testing.assert_array_equal(np.asarray(terms["truncated"]), (ratio > 1.2) & mask)
+  assert 0 < ((ratio > 1.2) & mask).sum() < mask.sum()
+  grad = jax.grad(lambda lp: jnp.sum(grpo_token_loss(*args(lp), cfg)[0]))(
+      jnp.asarray(logp, jnp.float32))
+  np.testing.assert_allclose(np.asarray(grad), -adv[:, None] * weight * mask, rtol=1e-5,
+                             atol=1e-7)
+
+
+def test_without_tis_the_ratio_is_reported_and_the_loss_unweighted():
+  logp, behaviour, adv, mask = _loss_inputs()
+  per_token, terms = grpo_token_loss(*(jnp.asarray(x, jnp.float32) for x in
+                                       (logp, behaviour, behaviour, adv, mask)), RLConfig())
+  pg, _ = _np_clipped(logp, behaviour, adv, mask, 0.2, 0.28)
+  np.testing.assert_allclose(np.asarray(per_token), pg, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(np.asarray(terms["ratio"]), np.exp(logp - behaviour) * mask,
+                             rtol=1e-5)
+  assert not np.asarray(terms["truncated"]).any()
+
+
 def _np_aggregate(per_token, mask, mode):
   if mode == "token_mean":
     return (per_token * mask).sum() / mask.sum()
@@ -159,6 +199,8 @@ def test_config_errors_name_the_field():
     RLConfig.from_config({"kl_estimator": "k9"})
   with pytest.raises(ValueError, match="config.rl.clip_low=1.5"):
     RLConfig.from_config({"clip_low": 1.5})
+  with pytest.raises(ValueError, match="config.rl.tis_cap=-1.0; expected >= 0"):
+    RLConfig.from_config({"tis_cap": -1.0})
   with pytest.raises(ValueError, match="config.rl.adv_std_bessel=1; expected a bool"):
     RLConfig.from_config({"adv_std_bessel": 1})
   with pytest.raises(ValueError, match="total_steps"):

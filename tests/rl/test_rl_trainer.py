@@ -4,11 +4,13 @@ import os
 import warnings
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from spade_jax.model import Qwen3, get_preset, make_mesh
+from spade_jax.model.attention_impl import emulated_kernels
 from spade_jax.model.load import load_model
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager
@@ -72,11 +74,17 @@ def test_sharded_step_equals_unsharded(initial):
   assert m_plain["kl"] > 0 and m_plain["designer/num_rows"] == 4
 
 
-def test_gradient_accumulation_equals_one_full_batch(initial):
-  accumulated = Trainer(RL, _model(initial))  # 8 rows in micro-batches of 4
-  full = Trainer(dict(RL, micro_batch_size=0), _model(initial))
+# tis_cap 1.0: the batch's fake behaviour log-probs put the ratios on both sides of the cap.
+@pytest.mark.parametrize("tis_cap", [0.0, 1.0])
+def test_gradient_accumulation_equals_one_full_batch(initial, tis_cap):
+  accumulated = Trainer(dict(RL, tis_cap=tis_cap), _model(initial))  # micro-batches of 4 rows
+  full = Trainer(dict(RL, micro_batch_size=0, tis_cap=tis_cap), _model(initial))
   m_acc, m_full = accumulated.train_step(_batch(0)), full.train_step(_batch(0))
-  for key in ("loss", "kl", "entropy", "grad_norm", "logprob_gap_max"):
+  if tis_cap:
+    assert 0 < m_full["tis_truncated_fraction"] < 1
+    assert m_full["importance_ratio_max"] > 1 > m_full["clip_fraction"] == 0
+  for key in ("loss", "kl", "entropy", "grad_norm", "logprob_gap_max", "importance_ratio_mean",
+              "importance_ratio_max", "tis_truncated_fraction"):
     np.testing.assert_allclose(m_acc[key], m_full[key], rtol=2e-5, atol=1e-7, err_msg=key)
   for a, b in zip(_leaves(accumulated.params), _leaves(full.params), strict=True):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
@@ -87,6 +95,33 @@ def test_logits_at_loss_positions_only_train_like_logits_everywhere(initial):
   compact = Trainer(RL, _model(initial))  # logprob_positions="loss" (the default)
   _train_alike(full, compact, ("loss", "kl", "entropy", "clip_fraction", "grad_norm",
                                "logprob_gap_max"), metric_atol=1e-7)
+
+
+def _model_with(initial, **changes):
+  """The initial weights in a graph built with ModelConfig changes (as run.build_model does)."""
+  graphdef, state = initial
+  cfg = get_preset("tiny", **changes)
+  graph = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
+  return nnx.merge(graph, jax.tree.map(jnp.copy, state))
+
+
+def test_remat_with_the_reference_trains_like_no_remat(initial):
+  """Rematerialised layers in the micro-batch scan, the reference's too (this once raised
+  flax's TraceContextError under nnx.remat)."""
+  _train_alike(Trainer(RL, _model(initial)), Trainer(RL, _model_with(initial, remat="full")),
+               ("loss", "kl", "entropy", "grad_norm"), metric_atol=1e-6)
+
+
+def test_accelerator_training_path_trains_like_the_cpu_path(initial, monkeypatch):
+  """As on a GPU: cuDNN attention (emulated: the XLA implementation of the same call) and
+  remat "auto" = full, through micro-batches, the reference and TIS; same metrics and
+  parameters as the blocked kernel without remat."""
+  cpu = Trainer(dict(RL, tis_cap=1.0), _model(initial))
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  with emulated_kernels():
+    gpu = Trainer(dict(RL, tis_cap=1.0), _model_with(initial, attention_impl="cudnn"))
+    _train_alike(cpu, gpu, ("loss", "kl", "entropy", "grad_norm", "logprob_gap_mean",
+                            "importance_ratio_max", "tis_truncated_fraction"), metric_atol=1e-6)
 
 
 def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial):
