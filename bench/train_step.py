@@ -119,6 +119,7 @@ def child_jax(checkpoint: str, iters: int, precision: str) -> dict:
 
   from spade_jax.model.hf_io import from_pretrained
   from spade_jax.rl.batch import TrainBatch
+  from spade_jax.rl.config import RLConfig
   from spade_jax.rl.trainer import Trainer
 
   model = from_pretrained(checkpoint, dtype="float32", compute_dtype=precision)
@@ -128,7 +129,7 @@ def child_jax(checkpoint: str, iters: int, precision: str) -> dict:
                      rewards=x["rewards"], group_ids=x["group_ids"], roles=x["roles"])
   out = {}
   for beta, key in ((rl["beta"], "tok_s"), (0.0, "no_ref_tok_s")):
-    trainer = Trainer({**rl, "beta": beta}, model)
+    trainer = Trainer(RLConfig(**{**rl, "beta": beta}), model)
 
     def step(trainer=trainer):
       trainer.train_step(batch)  # returns host floats: the update has finished

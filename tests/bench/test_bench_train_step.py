@@ -74,7 +74,7 @@ def _trainer_metrics(checkpoint, steps):
   batch = TrainBatch(tokens=x["tokens"], attention_mask=np.ones_like(x["tokens"]),
                      loss_mask=x["loss_mask"], behaviour_logprobs=x["behaviour_logprobs"],
                      rewards=x["rewards"], group_ids=x["group_ids"], roles=x["roles"])
-  trainer = Trainer(rl, from_pretrained(checkpoint, dtype="float32"))
+  trainer = Trainer(RLConfig(**rl), from_pretrained(checkpoint, dtype="float32"))
   return [trainer.train_step(batch) for _ in range(steps)]
 
 
