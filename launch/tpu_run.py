@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from absl import flags
 from ml_collections import ConfigDict, config_flags
@@ -62,6 +62,22 @@ def _several_hosts() -> bool:
   return len(hosts) > 1 or "JAX_COORDINATOR_ADDRESS" in os.environ
 
 
+def distributed_args(env: Mapping[str, str]) -> dict[str, int]:
+  """`jax.distributed.initialize` arguments from JAX_NUM_PROCESSES / JAX_PROCESS_ID.
+
+  jax reads JAX_COORDINATOR_ADDRESS itself but not the process count and id (outside a
+  managed cluster such as a Cloud TPU slice, which it detects), so they are passed here.
+  """
+  args = {}
+  for var, arg in (("JAX_NUM_PROCESSES", "num_processes"), ("JAX_PROCESS_ID", "process_id")):
+    if env.get(var, "") != "":
+      try:
+        args[arg] = int(env[var])
+      except ValueError:
+        raise config_schema.ConfigError(f"{var}={env[var]!r}: expected an int") from None
+  return args
+
+
 def use_compilation_cache(directory: str) -> None:
   """Points JAX's persistent compilation cache at `directory` ("" leaves it off), so a
   restarted or resumed run loads its compiled programs instead of compiling them again. A
@@ -80,7 +96,7 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   config_schema.validate(config)
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
-    jax.distributed.initialize()
+    jax.distributed.initialize(**distributed_args(os.environ))
   from spade_jax import run  # pylint: disable=import-outside-toplevel
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
   try:
@@ -95,10 +111,13 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
 
 
 def main() -> None:
+  from spade_jax.model.hf_config import CheckpointError  # pylint: disable=import-outside-toplevel
   try:
     config, workdir, distributed = parse_args(sys.argv)
     launch(config, workdir, distributed)
-  except (config_schema.ConfigError, flags.Error) as err:
+  except (config_schema.ConfigError, flags.Error, CheckpointError) as err:
+    # Bad input (a config field, a flag, a damaged or unreadable checkpoint): the message
+    # names the field or file; exit code 1, no traceback.
     sys.exit(f"error: {err}")
 
 

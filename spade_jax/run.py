@@ -10,6 +10,9 @@ checkpointing through the trainer, and always closes the sandbox workers.
 
 Every host runs the same loop on the same data: rollouts are global SPMD computations on
 the mesh, so the designer prompts (hence the corpus stream) must be identical on all hosts.
+The sandbox work is not repeated on every host: `SplitPool` runs each process's share of
+every validation, reset and step and exchanges the results (`multihost.JaxExchange`), so
+every host still sees every episode and builds the same batch.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import load_model
+from spade_jax.multihost import JaxExchange
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.sandbox.split import LocalExchange, SplitPool
 from spade_jax.selfplay.corpus import make_corpus
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
@@ -84,7 +89,13 @@ def build_engine(config: Any, policy, mesh):
       decode_widths=sizes(e.decode_widths), decode_lengths=sizes(e.decode_lengths))
 
 
-def build_pool(config: Any):
+def build_pool(config: Any) -> SplitPool:
+  """This process's sandbox pool, taking its share of the work when there are several."""
+  exchange = JaxExchange() if jax.process_count() > 1 else LocalExchange()
+  return SplitPool(_sandbox_pool(config), exchange)
+
+
+def _sandbox_pool(config: Any) -> SandboxPool:
   sb = config.sandbox
   return SandboxPool(num_workers=int(sb.num_workers), max_turns=int(config.selfplay.max_turns),
                      reset_timeout_s=float(sb.reset_timeout_s),
@@ -162,6 +173,8 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
       trainer.maybe_save(loop.state_dict(), force=record.step == num_steps)
     return record
   finally:
+    print(f"process {jax.process_index()}/{jax.process_count()}: this process's sandbox ran "
+          f"{dict(sorted(pool.local_counts.items()))}", flush=True)
     pool.close()
     trainer.close()
     if logger is not None:

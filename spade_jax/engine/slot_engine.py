@@ -51,6 +51,7 @@ from spade_jax.model.kv_cache import (
   row_ids,
   write_entries,
 )
+from spade_jax.model.sharding import host_get
 
 
 def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, rows: Rows = None,
@@ -329,7 +330,7 @@ class SlotEngine:
     with self._mesh():
       state, tok, lp = _append(self.graphdef, params, state, self._slots(slots, rows), start,
                                tokens, lengths, sp, length=length)
-    tok, lp = jax.device_get((tok, lp))
+    tok, lp = host_get((tok, lp))
     return state, tok[:len(slots)], lp[:len(slots)]
 
   def generate(self, params, state: DecodeState, active: np.ndarray,
@@ -353,7 +354,7 @@ class SlotEngine:
     with self._mesh():
       state, tok, lp, valid = _generate(self.graphdef, params, state, padded,
                                         num_steps=self.decode_steps)
-    return state, Block(*jax.device_get((tok, lp, valid)))
+    return state, Block(*host_get((tok, lp, valid)))
 
 
 def _geometric_lengths(full: int) -> list[int]:

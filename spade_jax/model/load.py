@@ -24,6 +24,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import Mesh
 
+from spade_jax.model import integrity
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.hf_config import CheckpointError, CheckpointFileNotFoundError
 from spade_jax.model.hf_io import from_pretrained
@@ -87,9 +88,8 @@ def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",
 
 def _restore_params(ckpt_dir: pathlib.Path, step_dir: pathlib.Path | None, target):
   """The given step's params, or the newest step's that restores (with a warning per skip)."""
-  checkpointer = ocp.StandardCheckpointer()
   if step_dir is not None:
-    return checkpointer.restore(step_dir.absolute() / PARAMS_ITEM, target)
+    return _verified_params(step_dir.absolute(), target)
   steps = sorted((p for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir()),
                  key=lambda p: -int(p.name))
   if not steps:
@@ -97,9 +97,21 @@ def _restore_params(ckpt_dir: pathlib.Path, step_dir: pathlib.Path | None, targe
   errors = []
   for step in steps:
     try:
-      return checkpointer.restore(step.absolute() / PARAMS_ITEM, target)
+      return _verified_params(step.absolute(), target)
     except Exception as e:  # noqa: BLE001 - an unreadable step: say so, try the previous one
       errors.append(f"{step.name}: {type(e).__name__}: {e}")
       warnings.warn(f"{step} could not be restored ({type(e).__name__}: {e}); trying the "
                     f"previous step", RuntimeWarning, stacklevel=3)
   raise CheckpointError(f"no step in {ckpt_dir} could be restored: {errors}")
+
+
+def _verified_params(step_dir: pathlib.Path, target):
+  """The step's parameters, checked against the checksums its meta recorded at save."""
+  meta = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(step_dir / "meta")
+  if not isinstance(meta, dict) or PARAMS_ITEM not in meta.get("checksums", {}):
+    raise integrity.CheckpointIntegrityError(f"{step_dir}/meta: no parameter checksums")
+  item = step_dir / PARAMS_ITEM
+  files = integrity.data_files(item)
+  params = ocp.StandardCheckpointer().restore(item, target)
+  integrity.verify(params, meta["checksums"][PARAMS_ITEM], os.fspath(item), files)
+  return params

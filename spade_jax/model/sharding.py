@@ -16,6 +16,7 @@ from typing import Any
 import jax
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import AbstractMesh, AxisType, Mesh, NamedSharding, PartitionSpec
 
 from spade_jax.model.kv_cache import map_with_axes
@@ -137,3 +138,17 @@ def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
   if mesh.empty:
     return x
   return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh))
+
+
+def host_get(tree: Any) -> Any:
+  """`jax.device_get` that also works on arrays spanning several processes' devices.
+
+  A sharded global array cannot be read by one process directly; each such leaf is
+  all-gathered (every process gets the whole array). Single-process and fully replicated
+  leaves are read as they are.
+  """
+  def one(x):
+    if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+      return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+    return jax.device_get(x)
+  return jax.tree.map(one, tree)

@@ -4,17 +4,25 @@ Layout under <workdir>/checkpoints/:
   model_config.json            the ModelConfig, so `spade_jax.model.load` can rebuild the model
   <step>/params/               orbax StandardSave of the parameter state (float32)
   <step>/opt_state/            orbax StandardSave of the optimiser state
-  <step>/meta/                 JSON: {"step", "rng" (raw key data), "host_state"}
+  <step>/meta/                 JSON: {"step", "rng" (raw key data), "host_state",
+                               "host_state_sha256", "checksums": {item: {array: [2 x u32]}}}
 Saving is asynchronous (the arrays are copied off the device before `save` returns, so
 the next donated update cannot clobber them); a step directory appears only once it is
-complete (orbax writes to a temporary name and renames it). `restore_latest` walks the
-steps from newest to oldest: a checkpoint that fails to restore is renamed
-`<step>.corrupt` with a warning, and the next older one is tried.
+complete (orbax writes to a temporary name and renames it), so a save cut short by a crash
+is never a step. Every restore is verified before anything uses it (model/integrity.py):
+the files the OCDBT b-tree references exist and are long enough, every array's checksum
+equals the one recorded at save, every float is finite, and the host state hashes to its
+recorded digest. `restore_latest` walks the steps from newest to oldest: a checkpoint that
+fails is reported (warning naming the checkpoint, the array and the file), renamed
+`<step>.corrupt` once an older one restores, and the next older one is tried; when none
+restores, `CheckpointIntegrityError` lists every reason and nothing is moved. On several
+processes every one of them takes the same decision for each step.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import warnings
@@ -24,8 +32,11 @@ from typing import Any
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
+from jax.experimental import multihost_utils
 
+from spade_jax.model import integrity
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.integrity import CheckpointIntegrityError
 from spade_jax.model.load import PARAMS_ITEM, write_model_config
 
 
@@ -83,6 +94,9 @@ class CheckpointManager:
     except TypeError as e:
       raise TypeError(f"host_state for checkpoint step {step} is not JSON-serialisable: {e}"
                       ) from e
+    meta["host_state_sha256"] = _digest(meta["host_state"])
+    meta["checksums"] = {PARAMS_ITEM: integrity.checksums(params),
+                         "opt_state": integrity.checksums(opt_state)}
     args = ocp.args.Composite(**{PARAMS_ITEM: ocp.args.StandardSave(params)},
                               opt_state=ocp.args.StandardSave(opt_state),
                               meta=ocp.args.JsonSave(meta))
@@ -98,33 +112,53 @@ class CheckpointManager:
     running trainer's files).
     """
     self._mgr.wait_until_finished()
-    steps = sorted(self._mgr.all_steps(), reverse=True)
-    errors = []
-    for step in steps:
+    failed: list[tuple[int, str]] = []
+    for step in sorted(self._mgr.all_steps(), reverse=True):
+      restored, error = None, ""
       try:
-        return self._restore(step, abstract_params, abstract_opt_state)
+        restored = self._restore(step, abstract_params, abstract_opt_state)
       except Exception as e:  # noqa: BLE001 - any failure to read means this step is unusable
-        errors.append(f"step {step}: {type(e).__name__}: {e}")
-        moved = f"moving it to {step}.corrupt and " if quarantine else ""
-        warnings.warn(f"checkpoint {self.directory / str(step)} could not be restored "
-                      f"({type(e).__name__}: {e}); {moved}trying the previous one",
-                      RuntimeWarning, stacklevel=2)
-        if quarantine:
-          self._quarantine(step)
-    if errors:
-      raise RuntimeError(f"no checkpoint in {self.directory} could be restored: {errors}")
+        error = str(e) if isinstance(e, CheckpointIntegrityError) else (
+            f"{self.directory / str(step)}: {type(e).__name__}: {e}")
+      if _everywhere(restored is not None):
+        if failed and quarantine:
+          for bad, _ in failed:
+            self._quarantine(bad)
+        return restored
+      error = error or f"{self.directory / str(step)}: failed to restore on another process"
+      failed.append((step, error))
+      warnings.warn(f"checkpoint {self.directory / str(step)} is not usable: {error}; "
+                    "trying the previous one", RuntimeWarning, stacklevel=2)
+    if failed:
+      raise CheckpointIntegrityError(
+          f"no intact checkpoint in {self.directory} (nothing was moved): "
+          + " | ".join(f"step {step}: {error}" for step, error in failed))
     return None
 
   def _restore(self, step: int, abstract_params: Any, abstract_opt_state: Any | None,
                ) -> Restored:
-    items = {PARAMS_ITEM: ocp.args.StandardRestore(abstract_params),
-             "meta": ocp.args.JsonRestore()}
+    """One step, verified: files, then arrays against their checksums, then host state."""
+    where = self.directory / str(step)
+    meta = self._mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    if not isinstance(meta, dict) or meta.get("step") != step or "checksums" not in meta:
+      raise CheckpointIntegrityError(f"{where}/meta: inconsistent or without checksums: "
+                                     f"{str(meta)[:200]}")
+    if _digest(meta.get("host_state")) != meta.get("host_state_sha256"):
+      raise CheckpointIntegrityError(f"{where}/meta: host state does not match its digest")
+    targets = {PARAMS_ITEM: abstract_params}
     if abstract_opt_state is not None:
-      items["opt_state"] = ocp.args.StandardRestore(abstract_opt_state)
-    out = self._mgr.restore(step, args=ocp.args.Composite(**items))
-    meta = out["meta"]
-    if not isinstance(meta, dict) or meta.get("step") != step:
-      raise ValueError(f"meta of step {step} is inconsistent: {meta!r}")
+      targets["opt_state"] = abstract_opt_state
+    files = {item: integrity.data_files(where / item) for item in targets}
+    try:
+      out = self._mgr.restore(step, args=ocp.args.Composite(
+          **{item: ocp.args.StandardRestore(t) for item, t in targets.items()}))
+    except Exception as e:  # noqa: BLE001 - name the checkpoint whatever orbax raised
+      arrays = sorted(f"{item}/{name}" for item, by_name in files.items()
+                      for name, paths in by_name.items() if any(str(p) in str(e) for p in paths))
+      raise CheckpointIntegrityError(f"{where}: arrays {arrays or '(unknown)'}: "
+                                     f"{type(e).__name__}: {e}") from None
+    for item in targets:
+      integrity.verify(out[item], meta["checksums"][item], f"{where}/{item}", files[item])
     rng = None if meta.get("rng") is None else np.asarray(meta["rng"], np.uint32)
     return Restored(step=step, params=out[PARAMS_ITEM],
                     opt_state=out["opt_state"] if abstract_opt_state is not None else None,
@@ -137,6 +171,8 @@ class CheckpointManager:
       if dst.exists():
         raise RuntimeError(f"cannot quarantine {src}: {dst} already exists")
       os.replace(src, dst)
+    if jax.process_count() > 1:  # the others must see the rename before they reload
+      multihost_utils.sync_global_devices(f"spade_jax quarantine {step}")
     self._mgr.reload()
 
   def wait_until_finished(self) -> None:
@@ -145,3 +181,14 @@ class CheckpointManager:
   def close(self) -> None:
     self._mgr.wait_until_finished()
     self._mgr.close()
+
+
+def _digest(host_state: Any) -> str:
+  return hashlib.sha256(json.dumps(host_state, sort_keys=True).encode()).hexdigest()
+
+
+def _everywhere(ok: bool) -> bool:
+  """True when `ok` holds on every process (each must take the same restore decision)."""
+  if jax.process_count() == 1:
+    return ok
+  return bool(np.all(multihost_utils.process_allgather(np.asarray(ok, np.int32))))

@@ -77,11 +77,12 @@ def smoke_runs(tmp_path_factory):
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
-  def launch(num_steps, where=workdir, extra=()):
+  def launch(num_steps, where=workdir, extra=(), returncode=0):
     proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",
                            where, f"--config.train.num_steps={num_steps}", *overrides, *extra],
                           env=env, capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    assert proc.returncode == returncode, proc.stdout[-3000:] + proc.stderr[-5000:]
+    return proc
 
   tools = os.fspath(tmp_path_factory.mktemp("smoke_tool_use"))
   launch(1, tools, ["--config.setting=tool_use", "--config.selfplay.library=seeds",
@@ -97,11 +98,11 @@ def smoke_runs(tmp_path_factory):
   second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
             "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read(),
             "workdir": workdir}
-  return first, second, tool_use
+  return first, second, tool_use, workdir, launch
 
 
 def test_every_tag_written_each_step(smoke_runs):
-  first, _, _ = smoke_runs
+  first = smoke_runs[0]
   missing = [t for t in REQUIRED_TAGS if t not in first["scalars"]]
   assert not missing, f"tags never written: {missing}"
   for tag in REQUIRED_TAGS:
@@ -122,7 +123,7 @@ def test_every_stage_runs_for_real(smoke_runs):
 
 
 def test_checkpoint_and_log(smoke_runs):
-  first, _, _ = smoke_runs
+  first = smoke_runs[0]
   step, host_state = first["checkpoint"]
   assert step == 2 and host_state["step"] == 2
   lines = first["log"].splitlines()
@@ -131,7 +132,7 @@ def test_checkpoint_and_log(smoke_runs):
 
 
 def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
-  first, second, _ = smoke_runs
+  first, second = smoke_runs[:2]
   assert second["scalars"]["train/loss"] == [1, 2, 3]  # step 3 only was added
   assert second["log"].splitlines()[-1].startswith("step 3/3")
   saved, resumed = _memory(first["checkpoint"][1]), _memory(second["checkpoint"][1])
@@ -141,14 +142,14 @@ def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
 
 
 def test_tool_use_setting_runs_a_step_on_the_tiny_model(smoke_runs):
-  *_, tool_use = smoke_runs
+  tool_use = smoke_runs[2]
   for tag in REQUIRED_TAGS:
     assert tool_use["scalars"][tag] == [1], tag
   assert tool_use["log"].startswith("step 1/1")
 
 
 def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, tmp_path):
-  _, second, _ = smoke_runs
+  second = smoke_runs[1]
   out = tmp_path / "curriculum.jsonl"
   count = export.export(second["workdir"], out)
   lines = [json.loads(x) for x in out.read_text().splitlines()]
@@ -167,3 +168,34 @@ def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, tm
         obs, reward, terminated, truncated, _ = env.step("a")
         assert 0.0 <= reward <= 1.0
         done = terminated or truncated
+
+
+def _flip_params(step_dir):
+  """Flips 64 bytes inside the largest OCDBT data file of the step's parameters."""
+  files = [p for p in glob.glob(f"{step_dir}/params/**/d/*", recursive=True)]
+  path = max(files, key=os.path.getsize)
+  with open(path, "r+b") as f:
+    f.seek(100)
+    data = bytes(b ^ 0xFF for b in f.read(64))
+    f.seek(100)
+    f.write(data)
+  return path
+
+
+def test_corrupt_newest_checkpoint_falls_back_then_a_lone_corrupt_one_stops(smoke_runs):
+  """Runs after the resume (checkpoints 2 and 3 kept): damage 3, relaunch to step 3."""
+  *_, workdir, launch = smoke_runs
+  damaged = _flip_params(f"{workdir}/checkpoints/3")
+  proc = launch(3)
+  assert f"checkpoint {workdir}/checkpoints/3 is not usable" in proc.stderr
+  assert "checksum mismatch" in proc.stderr and os.path.basename(damaged) in proc.stderr
+  assert "starting at step 3 of 3" in proc.stdout
+  last = open(os.path.join(workdir, "log.txt"), encoding="utf-8").read().splitlines()[-1]
+  assert last.startswith("step 3/3") and "nan" not in last.lower()
+  assert os.path.isdir(f"{workdir}/checkpoints/3.corrupt")
+  # Now every kept checkpoint is damaged: the launch stops with the message, exit code 1.
+  for step in (2, 3):
+    _flip_params(f"{workdir}/checkpoints/{step}")
+  proc = launch(3, returncode=1)
+  assert "error: no intact checkpoint in" in proc.stderr and "Traceback" not in proc.stderr
+  assert "step 3:" in proc.stderr and "step 2:" in proc.stderr
