@@ -9,6 +9,7 @@ Three launches of the pair, the fewest that cover it: an uninterrupted 2-step ru
 of each process share a persistent compilation cache.
 """
 
+import ast
 import glob
 import json
 import os
@@ -133,3 +134,13 @@ def test_resume_at_step_2_matches_the_uninterrupted_run_bit_for_bit(runs):
   assert resumed_meta["rng"] == straight_meta["rng"]
   assert resumed_meta["host_state"] == straight_meta["host_state"]
   assert _scalars(root / "resumed") == _scalars(root / "straight")
+
+
+def test_each_process_sandbox_runs_half_of_the_episodes(runs):
+  _, straight, _, _ = runs
+  counts = []
+  for i, (_, out, _) in enumerate(straight):
+    line = next(x for x in out.splitlines() if x.startswith(f"process {i}/2: this process's"))
+    counts.append(ast.literal_eval(line.split(" ran ", 1)[1]))
+  episodes = 2 * 2 * 2 * 2  # steps x environments x arms x G
+  assert [c["reset"] for c in counts] == [episodes // 2] * 2, counts
