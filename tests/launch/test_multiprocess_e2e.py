@@ -26,6 +26,7 @@ from spade_jax import config_schema
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 NUM_PROCESSES = 2
 TIMEOUT_S = 1800  # per launch of the pair; two shared cores compile both programs
+pytestmark = pytest.mark.timeout(3 * TIMEOUT_S)  # the first test sets up all three launches
 
 
 def _free_port() -> int:
