@@ -16,45 +16,22 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from absl import flags
-from ml_collections import ConfigDict, config_flags
+from ml_collections import ConfigDict
 
 from spade_jax import config_schema
 
 
-def _resolve_config_arg(argv: Sequence[str]) -> list[str]:
-  """Rewrites `--config X` / `--config=X` so that X may name a module in configs/."""
-  out, i = list(argv), 0
-  while i < len(out):
-    if out[i] in ("--config", "-config") and i + 1 < len(out):
-      out[i + 1] = config_schema.resolve_config_path(out[i + 1])
-      i += 1
-    elif out[i].startswith(("--config=", "-config=")):
-      flag, value = out[i].split("=", 1)
-      out[i] = f"{flag}={config_schema.resolve_config_path(value)}"
-    i += 1
-  return out
-
-
 def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
   """argv (program name first) -> (locked config, workdir, distributed mode)."""
-  argv = _resolve_config_arg(argv)
   fv = flags.FlagValues()
-  config = config_flags.DEFINE_config_file("config", None, "configs/<name>.py", flag_values=fv,
-                                           lock_config=True, sys_argv=argv)
   workdir = flags.DEFINE_string("workdir", None, "output folder; default runs/<config name>",
                                 flag_values=fv)
   distributed = flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
                                   "jax.distributed.initialize(): auto = on several TPU hosts",
                                   flag_values=fv)
-  flags.mark_flag_as_required("config", flag_values=fv)
-  try:
-    fv(argv)
-  except (AttributeError, KeyError) as err:  # an override naming a field the config lacks
-    overrides = [a for a in argv if a.startswith(("--config.", "-config."))]
-    raise config_schema.ConfigError(
-        f"unknown config field {err} in overrides {overrides}") from None
-  name = config_schema.config_name(fv["config"].config_filename)
-  return config.value, workdir.value or os.path.join("runs", name), distributed.value
+  config, path = config_schema.parse_config_args(argv, fv)
+  name = config_schema.config_name(path)
+  return config, workdir.value or os.path.join("runs", name), distributed.value
 
 
 def _several_hosts() -> bool:

@@ -17,9 +17,11 @@ import math
 import os
 import pathlib
 import re
+from collections.abc import Sequence
 from typing import Any
 
-from ml_collections import ConfigDict, config_dict
+from absl import flags
+from ml_collections import ConfigDict, config_dict, config_flags
 
 from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.settings import MetricsSettings
@@ -145,6 +147,33 @@ def resolve_config_path(arg: str) -> str:
   names = sorted(p.stem for p in CONFIG_DIR.glob("*.py"))
   raise ConfigError(f"--config={arg!r}: no such file (also tried {CONFIG_DIR}/); "
                     f"available configs: {names}")
+
+
+def parse_config_args(argv: Sequence[str], fv: flags.FlagValues) -> tuple[ConfigDict, str]:
+  """Parses argv (program name first) into `fv` with a required, locked `--config`.
+
+  `--config X` may name a module of configs/ (see `resolve_config_path`); other flags are
+  the ones the caller defined on `fv`. Returns (config, its file); an override naming a
+  field the config lacks raises ConfigError.
+  """
+  argv, i = list(argv), 0
+  while i < len(argv):
+    if argv[i] in ("--config", "-config") and i + 1 < len(argv):
+      argv[i + 1] = resolve_config_path(argv[i + 1])
+      i += 1
+    elif argv[i].startswith(("--config=", "-config=")):
+      flag, value = argv[i].split("=", 1)
+      argv[i] = f"{flag}={resolve_config_path(value)}"
+    i += 1
+  config = config_flags.DEFINE_config_file("config", None, "configs/<name>.py", flag_values=fv,
+                                           lock_config=True, sys_argv=argv)
+  flags.mark_flag_as_required("config", flag_values=fv)
+  try:
+    fv(argv)
+  except (AttributeError, KeyError) as err:  # an override naming a field the config lacks
+    overrides = [a for a in argv if a.startswith(("--config.", "-config."))]
+    raise ConfigError(f"unknown config field {err} in overrides {overrides}") from None
+  return config.value, fv["config"].config_filename
 
 
 def config_name(arg: str) -> str:

@@ -146,13 +146,14 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
                         trainer=trainer, corpus=corpus,
                         library=seed_entries(settings, "train" if evals.hold_out_seed_games
                                              else "all"))
-    if host_state:
-      loop.load_state_dict(host_state)
     num_steps, log_every = int(config.train.num_steps), int(config.train.log_every)
     logger = StepLogger(workdir, num_steps,
                         num_text_summaries=int(config.train.num_text_summaries),
                         embedder=metrics.embedder(),
                         is_chief=jax.process_index() == 0)
+    if host_state:
+      loop.load_state_dict(host_state)
+      logger.load_state_dict(host_state.get("logger", {}))
     print(f"self-play: starting at step {loop.step_index + 1} of {num_steps} "
           f"(memory {len(loop.memory)} environments)", flush=True)
     record = None
@@ -170,7 +171,8 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
                                             record.step), record.step)
       # Checkpoints are named by the trainer's update count (== step unless a step had no
       # update); the loop's own step is in the host state.
-      trainer.maybe_save(loop.state_dict(), force=record.step == num_steps)
+      trainer.maybe_save({**loop.state_dict(), "logger": logger.state_dict()},
+                         force=record.step == num_steps)
     return record
   finally:
     print(f"process {jax.process_index()}/{jax.process_count()}: this process's sandbox ran "

@@ -68,7 +68,7 @@ class LearnableWindow:
   """The paper's learnable share: sum of learnable environments / sum of budgets per window.
 
   Feed every step's record in order; steps t with (t - 1) // size equal share a window. A
-  window that a resume cut short covers the steps this process saw.
+  resumed run carries the open window over in the checkpoint (`state_dict`).
   """
 
   def __init__(self, size: int = LEARNABLE_WINDOW):
@@ -88,6 +88,13 @@ class LearnableWindow:
   def value(self) -> float:
     """The share over the current window's steps so far (nan before any step)."""
     return self._learnable / self._budget if self._budget else float("nan")
+
+  def state_dict(self) -> dict:
+    return {"window": self._window, "learnable": self._learnable, "budget": self._budget}
+
+  def load_state_dict(self, state: dict) -> None:
+    self._window, self._learnable, self._budget = (state["window"], state["learnable"],
+                                                   state["budget"])
 
 
 def reward_levels(env: EnvReport, partial_only: bool = False) -> int:

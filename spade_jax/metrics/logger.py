@@ -118,6 +118,16 @@ class StepLogger:
       self._writer.flush()
     return share
 
+  def state_dict(self) -> dict:
+    """What a resumed run needs to log like an uninterrupted one: the generation's valid rate
+    and the open learnable-share window."""
+    return {"valid_rate": self._valid_rate, "learnable_window": self._window.state_dict()}
+
+  def load_state_dict(self, state: dict) -> None:
+    self._valid_rate = state.get("valid_rate")
+    if "learnable_window" in state:
+      self._window.load_state_dict(state["learnable_window"])
+
   def write(self, record: StepRecord) -> dict[str, float]:
     """Writes the step's summaries; returns its scalars."""
     self.observe(record)

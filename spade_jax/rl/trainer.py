@@ -109,16 +109,7 @@ class Trainer:
 
   def train_step(self, batch: TrainBatch) -> dict[str, float]:
     """One GRPO update on `batch`; returns scalar metrics (loss, kl, clip_fraction, ...)."""
-    adv, stats = compute_advantages(
-        batch.rewards, batch.group_ids, batch.roles, estimator=self.cfg.adv_estimator,
-        bessel=self.cfg.adv_std_bessel, eps=self.cfg.adv_eps,
-        role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight})
-    weights = token_weights(batch.loss_mask, self.cfg.loss_agg, batch.roles,
-                            self.cfg.designer_loss_share if self.cfg.role_balance else None)
-    chunk = self.cfg.logprob_chunk if self.cfg.logprob_positions == "loss" else None
-    arrays = prepare_batch(batch, adv, weights, micro_batch_size=self.cfg.micro_batch_size,
-                           multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size,
-                           chunk=chunk)
+    arrays, stats = self._step_inputs(batch)
     with self._mesh_ctx():
       if self.mesh is not None:
         arrays = jax.device_put(arrays, self._fns.batch_sharding)
@@ -129,6 +120,27 @@ class Trainer:
     metrics["learning_rate"] = float(self._schedule(self.step))
     self.step += 1
     return {**metrics, **stats}
+
+  def compiled_step(self, batch: TrainBatch) -> jax.stages.Compiled:
+    """The update compiled for `batch`'s shapes and not run (e.g. for `.memory_analysis()`)."""
+    arrays, _ = self._step_inputs(batch)
+    with self._mesh_ctx():
+      return self._fns.step.lower(self.params, self.opt_state, self.ref_params, self._rest,
+                                  arrays).compile()
+
+  def _step_inputs(self, batch: TrainBatch) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+    """The step's host arrays (advantages, weights, micro-batches) and advantage stats."""
+    adv, stats = compute_advantages(
+        batch.rewards, batch.group_ids, batch.roles, estimator=self.cfg.adv_estimator,
+        bessel=self.cfg.adv_std_bessel, eps=self.cfg.adv_eps,
+        role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight})
+    weights = token_weights(batch.loss_mask, self.cfg.loss_agg, batch.roles,
+                            self.cfg.designer_loss_share if self.cfg.role_balance else None)
+    chunk = self.cfg.logprob_chunk if self.cfg.logprob_positions == "loss" else None
+    arrays = prepare_batch(batch, adv, weights, micro_batch_size=self.cfg.micro_batch_size,
+                           multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size,
+                           chunk=chunk)
+    return arrays, stats
 
   def maybe_save(self, host_state: dict | None = None, *, force: bool = False) -> bool:
     """Saves (async) at the current step if the interval says so; needs a manager."""

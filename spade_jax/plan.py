@@ -1,0 +1,233 @@
+r"""Memory and throughput plan of a run, per chip, before any chip is rented.
+
+    python -m spade_jax.plan --config games.py [--topology v5p-64] [--mfu 0.4] \
+        [--config.model.preset=qwen3-8b ...]
+
+Prints per chip: parameters, optimiser state, the frozen reference, gradients, the
+activations of one training micro-batch with and without rematerialisation, the engine's KV
+cache, their sum against the chip's HBM; and the FLOPs of one step (rollout and training
+tokens) with the ideal step time at the given MFU. The model is built abstractly
+(`nnx.eval_shape`): nothing is allocated, so it runs in seconds on any machine. The
+formulas are in docs/plan.md; tests/test_plan.py checks the training part against XLA's
+`memory_analysis()` of the compiled step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from absl import flags
+from flax import nnx
+
+from spade_jax import config_schema
+from spade_jax.model import Qwen3, get_preset
+from spade_jax.model.config import ModelConfig
+from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
+from spade_jax.selfplay.settings import SelfPlaySettings
+
+GIB = 1024 ** 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Chip:
+  hbm_bytes: int
+  peak_flops: float  # dense bf16 FLOP/s
+  cores_per_chip: int  # what the number in a slice name counts: v4 / v5p count TensorCores
+
+
+CHIPS = {
+    "v4": Chip(32 * GIB, 275e12, 2),
+    "v5e": Chip(16 * GIB, 197e12, 1),
+    "v5p": Chip(95 * GIB, 459e12, 2),
+    "v6e": Chip(32 * GIB, 918e12, 1),
+}
+
+
+def parse_topology(name: str) -> tuple[Chip, int]:
+  """'v5p-64' -> (the v5p chip, 32 chips); 'v6e-64' -> (v6e, 64)."""
+  m = re.fullmatch(r"(v\d+[a-z]*)-(\d+)", name)
+  if m is None or m[1] not in CHIPS:
+    raise config_schema.ConfigError(f"--topology={name!r}: expected <chip>-<size> with chip "
+                                    f"in {sorted(CHIPS)}, e.g. v5p-64")
+  chip = CHIPS[m[1]]
+  return chip, max(1, int(m[2]) // chip.cores_per_chip)
+
+
+def _bytes(dtype: str) -> int:
+  return np.dtype(jax.numpy.dtype(dtype)).itemsize
+
+
+def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
+  """(total, active per token) parameters, from the abstract model (nothing allocated)."""
+  state = nnx.state(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))), nnx.Param)
+  total = sum(math.prod(x.shape) for x in jax.tree.leaves(state))
+  if not cfg.is_moe:
+    return total, total
+  moe_layers = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
+  idle = cfg.num_experts - cfg.num_experts_per_tok
+  return total, total - moe_layers * idle * 3 * cfg.hidden_size * cfg.moe_intermediate_size
+
+
+def attention_pairs(t: int) -> int:
+  """Query-key pairs the blocked causal attention holds per head for a row of length t."""
+  block = -(-max(DEFAULT_BLOCK, -(-t // MAX_BLOCKS)) // DEFAULT_BLOCK) * DEFAULT_BLOCK
+  n = -(-t // block)
+  return block * block * n * (n + 1) // 2
+
+
+def layer_activation_bytes(cfg: ModelConfig, t: int) -> int:
+  """Bytes one decoder layer keeps for its backward pass, per row of length t.
+
+  Per token, in the compute dtype: six D-wide arrays (layer input, the two norm outputs,
+  attention output, residual, MLP output), four copies of q, k and v (projection, q/k norm,
+  rotary, head-major), four MLP-wide arrays (gate, up, SiLU, product; k experts' worth in an
+  MoE layer, plus its router logits). Per query-key pair the blocked causal attention keeps
+  the float32 probabilities of every head and the float32 mask bias of each kv group.
+  """
+  c = _bytes(cfg.compute_dtype)
+  d, hd = cfg.hidden_size, cfg.head_dim
+  mlp = (4 * cfg.num_experts_per_tok * cfg.moe_intermediate_size + cfg.num_experts
+         if cfg.is_moe else 4 * cfg.intermediate_size)
+  per_token = c * (6 * d + 4 * (cfg.num_heads + 2 * cfg.num_kv_heads) * hd + mlp)
+  group = cfg.num_heads // cfg.num_kv_heads
+  return t * per_token + 4 * (cfg.num_heads + group) * attention_pairs(t)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainMemory:
+  """Bytes per chip of one training step (what XLA's memory_analysis of the step counts)."""
+  params: int
+  opt_state: int
+  reference: int
+  grads: int
+  batch: int
+  activations: int  # one micro-batch, no rematerialisation
+  activations_remat: int  # one micro-batch, each layer rematerialised
+
+  @property
+  def total(self) -> int:
+    return (self.params + self.opt_state + self.reference + self.grads + self.batch
+            + self.activations)
+
+
+def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_positions: int,
+                 beta: float, dp: int = 1, model_shards: int = 1) -> TrainMemory:
+  """The step's memory per chip: `rows` x `t` tokens in micro-batches of `micro_batch` rows
+  split over `dp` chips, logits at `loss_positions` positions a row, parameters split
+  `model_shards` ways; float32 gradients (the running sum and one micro-batch's)."""
+  total, _ = parameter_counts(cfg)
+  p = _bytes(cfg.param_dtype)
+  r = -(-micro_batch // dp)  # rows of one micro-batch on one chip
+  layer = layer_activation_bytes(cfg, t)
+  logits = r * loss_positions * cfg.vocab_size * 4  # the chunks' softmax residuals (f32)
+  inputs = cfg.num_layers * r * t * cfg.hidden_size * _bytes(cfg.compute_dtype)
+  padded_rows = -(-rows // micro_batch) * micro_batch
+  return TrainMemory(
+      params=total * p // model_shards, opt_state=2 * total * p // model_shards,
+      reference=total * p // model_shards if beta > 0 else 0,
+      grads=2 * total * 4 // model_shards,
+      batch=padded_rows * (5 * t + loss_positions) * 4 // dp,  # five [rows, T] + positions
+      activations=cfg.num_layers * r * layer + logits,
+      activations_remat=inputs + r * layer + logits)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  chips: int
+  hbm_bytes: int
+  train: TrainMemory
+  kv_cache: int
+  rollout_flops: float
+  train_flops: float
+  peak_flops: float
+
+  def total(self, remat: bool) -> int:
+    acts = self.train.activations_remat if remat else self.train.activations
+    return self.train.total - self.train.activations + acts + self.kv_cache
+
+  def step_time(self, mfu: float) -> float:
+    return (self.rollout_flops + self.train_flops) / (self.chips * self.peak_flops * mfu)
+
+
+def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024) -> Plan:
+  """The plan of `config` on `chips` chips (formulas: docs/plan.md)."""
+  cfg = get_preset(config.model.preset).replace(param_dtype=str(config.model.param_dtype),
+                                                compute_dtype=str(config.model.compute_dtype))
+  s = SelfPlaySettings.from_config(config)
+  mesh = {a: int(v) for a, v in dict(config.mesh).items()}
+  fixed = math.prod(v for v in mesh.values() if v != -1)
+  mesh = {a: chips // fixed if v == -1 else v for a, v in mesh.items()}
+  dp = mesh.get("data", 1) * mesh.get("fsdp", 1)
+  t = int(config.engine.max_cache_len)  # the longest row (one whole episode)
+  agent_rows = s.num_envs * s.group_size * (2 if s.train_agent_on_hint_arm else 1)
+  rows = agent_rows + -(-s.num_envs // s.k)  # designer rows due per step, on average
+  beta = float(config.rl.beta)
+  train = train_memory(cfg, rows=rows, micro_batch=int(config.rl.micro_batch_size) or rows,
+                       t=t, loss_positions=t, beta=beta, dp=dp,
+                       model_shards=chips // mesh.get("data", 1))
+  kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)
+  kv = (int(config.engine.num_slots) * t * cfg.num_layers * 2 * cfg.num_kv_heads
+        * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
+
+  _, active = parameter_counts(cfg)
+  episodes = s.num_envs * 2 * s.group_size
+  agent_tokens = episodes * min(t, prompt_tokens + s.max_turns * s.agent_sampling.max_new_tokens)
+  designer_tokens = -(-s.num_envs // s.k) * (prompt_tokens + s.designer_sampling.max_new_tokens)
+  # Forward FLOPs per token: 2 per active parameter plus causal attention over ~t/2 keys.
+  per_token = 2 * active + 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t / 2
+  passes = 3 + (1 if beta > 0 else 0) + (1 if cfg.remat != "none" else 0)
+  return Plan(chips=chips, hbm_bytes=chip.hbm_bytes, train=train, kv_cache=kv,
+              rollout_flops=(agent_tokens + designer_tokens) * per_token,
+              train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops)
+
+
+def report(plan: Plan, name: str, mfu: float) -> str:
+  g = lambda n: f"{n / GIB:8.2f} GiB"
+  lines = [f"{name}: {plan.chips} chips, {plan.hbm_bytes / GIB:.0f} GiB HBM each (per chip):",
+           f"  parameters              {g(plan.train.params)}",
+           f"  optimiser state (Adam)  {g(plan.train.opt_state)}",
+           f"  reference policy        {g(plan.train.reference)}",
+           f"  gradients (sum + micro) {g(plan.train.grads)}",
+           f"  training batch          {g(plan.train.batch)}",
+           f"  activations, no remat   {g(plan.train.activations)}",
+           f"  activations, remat      {g(plan.train.activations_remat)}",
+           f"  engine KV cache         {g(plan.kv_cache)}"]
+  for remat in (False, True):
+    need = plan.total(remat)
+    verdict = "fits" if need <= plan.hbm_bytes else "does NOT fit"
+    lines.append(f"  total {'with' if remat else 'without'} remat    {g(need)}  "
+                 f"headroom {g(plan.hbm_bytes - need)}  ({verdict})")
+  lines += [f"  step FLOPs: rollout {plan.rollout_flops:.3e}, training {plan.train_flops:.3e}",
+            f"  ideal step time at MFU {mfu:.0%}: {plan.step_time(mfu):.1f} s"]
+  return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+  fv = flags.FlagValues()
+  topology = flags.DEFINE_string("topology", "v5p-64", "TPU slice, e.g. v5p-64, v5e-256, v6e-64",
+                                 flag_values=fv)
+  mfu = flags.DEFINE_float("mfu", 0.4, "model FLOPs utilisation for the ideal step time",
+                           flag_values=fv)
+  prompt = flags.DEFINE_integer("prompt_tokens", 1024, "assumed first-prompt length",
+                                flag_values=fv)
+  try:
+    config, _ = config_schema.parse_config_args(sys.argv if argv is None else argv, fv)
+    chip, chips = parse_topology(topology.value)
+    plan = make_plan(config, chip, chips, prompt_tokens=prompt.value)
+  except (config_schema.ConfigError, flags.Error) as err:
+    sys.exit(f"error: {err}")
+  print(f"model {config.model.preset} ({config.model.param_dtype} parameters, "
+        f"{config.model.compute_dtype} compute), T = {config.engine.max_cache_len}, "
+        f"micro-batch {config.rl.micro_batch_size} rows")
+  print(report(plan, topology.value, mfu.value))
+
+
+if __name__ == "__main__":
+  main()
