@@ -15,6 +15,7 @@ formulas are in docs/plan.md; tests/test_plan.py checks the training part agains
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 import sys
@@ -64,6 +65,7 @@ def _bytes(dtype: str) -> int:
   return np.dtype(jax.numpy.dtype(dtype)).itemsize
 
 
+@functools.cache
 def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
   """(total, active per token) parameters, from the abstract model (nothing allocated)."""
   state = nnx.state(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))), nnx.Param)
@@ -118,15 +120,19 @@ class TrainMemory:
 
 
 def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_positions: int,
-                 beta: float, dp: int = 1, model_shards: int = 1) -> TrainMemory:
+                 beta: float, dp: int = 1, model_shards: int = 1,
+                 logprob_chunk: int | None = None) -> TrainMemory:
   """The step's memory per chip: `rows` x `t` tokens in micro-batches of `micro_batch` rows
   split over `dp` chips, logits at `loss_positions` positions a row, parameters split
-  `model_shards` ways; float32 gradients (the running sum and one micro-batch's)."""
+  `model_shards` ways; float32 gradients (the running sum and one micro-batch's). With
+  `logprob_chunk` (config.rl.logprob_remat) only one chunk's logits are live at a time."""
   total, _ = parameter_counts(cfg)
   p = _bytes(cfg.param_dtype)
   r = -(-micro_batch // dp)  # rows of one micro-batch on one chip
   layer = layer_activation_bytes(cfg, t)
-  logits = r * loss_positions * cfg.vocab_size * 4  # the chunks' softmax residuals (f32)
+  # The chunks' softmax residuals (f32), or one chunk's logits and their gradient.
+  positions = loss_positions if logprob_chunk is None else 2 * logprob_chunk
+  logits = r * positions * cfg.vocab_size * 4
   inputs = cfg.num_layers * r * t * cfg.hidden_size * _bytes(cfg.compute_dtype)
   padded_rows = -(-rows // micro_batch) * micro_batch
   return TrainMemory(
@@ -141,6 +147,7 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
 @dataclasses.dataclass(frozen=True)
 class Plan:
   chips: int
+  micro_batch: int  # rows, rounded up to a multiple of data x fsdp
   hbm_bytes: int
   train: TrainMemory
   kv_cache: int
@@ -169,9 +176,11 @@ def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024)
   agent_rows = s.num_envs * s.group_size * (2 if s.train_agent_on_hint_arm else 1)
   rows = agent_rows + -(-s.num_envs // s.k)  # designer rows due per step, on average
   beta = float(config.rl.beta)
-  train = train_memory(cfg, rows=rows, micro_batch=int(config.rl.micro_batch_size) or rows,
-                       t=t, loss_positions=t, beta=beta, dp=dp,
-                       model_shards=chips // mesh.get("data", 1))
+  micro_batch = -(-(int(config.rl.micro_batch_size) or rows) // dp) * dp  # the trainer's rule
+  train = train_memory(cfg, rows=rows, micro_batch=micro_batch, t=t, loss_positions=t,
+                       beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
+                       logprob_chunk=int(config.rl.logprob_chunk) if config.rl.logprob_remat
+                       else None)
   kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)
   kv = (int(config.engine.num_slots) * t * cfg.num_layers * 2 * cfg.num_kv_heads
         * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
@@ -183,14 +192,16 @@ def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024)
   # Forward FLOPs per token: 2 per active parameter plus causal attention over ~t/2 keys.
   per_token = 2 * active + 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t / 2
   passes = 3 + (1 if beta > 0 else 0) + (1 if cfg.remat != "none" else 0)
-  return Plan(chips=chips, hbm_bytes=chip.hbm_bytes, train=train, kv_cache=kv,
+  return Plan(chips=chips, micro_batch=micro_batch, hbm_bytes=chip.hbm_bytes, train=train,
+              kv_cache=kv,
               rollout_flops=(agent_tokens + designer_tokens) * per_token,
               train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops)
 
 
 def report(plan: Plan, name: str, mfu: float) -> str:
   g = lambda n: f"{n / GIB:8.2f} GiB"
-  lines = [f"{name}: {plan.chips} chips, {plan.hbm_bytes / GIB:.0f} GiB HBM each (per chip):",
+  lines = [f"{name}: {plan.chips} chips, {plan.hbm_bytes / GIB:.0f} GiB HBM each; micro-batch "
+           f"{plan.micro_batch} rows (per chip):",
            f"  parameters              {g(plan.train.params)}",
            f"  optimiser state (Adam)  {g(plan.train.opt_state)}",
            f"  reference policy        {g(plan.train.reference)}",
@@ -225,7 +236,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.exit(f"error: {err}")
   print(f"model {config.model.preset} ({config.model.param_dtype} parameters, "
         f"{config.model.compute_dtype} compute), T = {config.engine.max_cache_len}, "
-        f"micro-batch {config.rl.micro_batch_size} rows")
+        f"mesh {dict(config.mesh)}, logprob_remat {config.rl.logprob_remat}")
   print(report(plan, topology.value, mfu.value))
 
 
