@@ -1,6 +1,8 @@
 """StepLogger: TensorBoard scalars and text read back, console line, log.txt, chief-only files."""
 
+import dataclasses
 import io
+import json
 import os
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -95,3 +97,21 @@ def test_windowed_learnable_share_counts_unlogged_steps(tmp_path):
   events = _read(str(tmp_path / "tb"))
   assert [(s, float(v)) for s, v in events["curriculum/learnable_share"]] == [(16, 0.5),
                                                                               (20, 0.5)]
+
+
+def test_a_resumed_logger_carries_the_valid_rate_and_the_learnable_window(tmp_path):
+  first = StepLogger(tmp_path / "a", num_steps=16, stream=io.StringIO())
+  first.write(_record(1, True, 4, 1))
+  for t in range(1, 11):  # one learnable environment of a budget of two each step
+    first.observe(_record(t, t == 1, 4 if t == 1 else 0, 1 if t == 1 else 0))
+  state = first.state_dict()
+  first.close()
+  resumed = StepLogger(tmp_path / "b", num_steps=16, stream=io.StringIO())
+  resumed.load_state_dict(json.loads(json.dumps(state)))  # as the checkpoint's JSON holds it
+  resumed.write(_record(11, False, 0, 0))  # observes step 11 too: one more learnable
+  shares = [resumed.observe(dataclasses.replace(_record(t, False, 0, 0), envs=[]))
+            for t in range(12, 17)]  # nothing learnable afterwards
+  resumed.close()
+  assert shares[-1] == 11 / 32  # the window spans steps 1..16, not just the new process's
+  events = _read(str(tmp_path / "b" / "tb"))
+  assert [(s, float(v)) for s, v in events["curriculum/valid_rate"]] == [(11, 0.25)]
