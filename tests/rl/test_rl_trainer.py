@@ -11,6 +11,7 @@ from flax import nnx
 
 from spade_jax.model import Qwen3, get_preset, make_mesh
 from spade_jax.model.attention_impl import emulated_kernels
+from spade_jax.model.integrity import CheckpointIntegrityError
 from spade_jax.model.load import load_model
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager
@@ -213,6 +214,14 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path):
   older = load_model(directory / "1")
   for a, b in zip(saved[1], _leaves(nnx.state(older, nnx.Param)), strict=True):
     np.testing.assert_array_equal(a, b)
+  # The loader verifies too: flipped bytes in step 1's largest data file are refused by name.
+  data = max((p for p in (directory / "1" / "params").rglob("*") if "/d/" in str(p)),
+             key=lambda p: p.stat().st_size)
+  raw = bytearray(data.read_bytes())
+  raw[100:164] = bytes(b ^ 0xFF for b in raw[100:164])
+  data.write_bytes(bytes(raw))
+  with pytest.raises(CheckpointIntegrityError, match=f"checksum mismatch.*{data.name}"):
+    load_model(directory / "1")
 
 
 def test_load_model_opens_hugging_face_directories_too(initial, tmp_path):
