@@ -114,30 +114,38 @@ class CheckpointManager:
     self._mgr.wait_until_finished()
     failed: list[tuple[int, str]] = []
     for step in sorted(self._mgr.all_steps(), reverse=True):
+      where = self.directory / str(step)
       restored, error = None, ""
-      try:
-        restored = self._restore(step, abstract_params, abstract_opt_state)
+      try:  # this process's files and arrays
+        read = self._read(step, abstract_params, abstract_opt_state)
       except Exception as e:  # noqa: BLE001 - any failure to read means this step is unusable
         error = str(e) if isinstance(e, CheckpointIntegrityError) else (
-            f"{self.directory / str(step)}: {type(e).__name__}: {e}")
-      if _everywhere(restored is not None):
+            f"{where}: {type(e).__name__}: {e}")
+      if not _everywhere(not error):  # before the checksums, a computation over every process
+        error = error or f"{where}: failed to restore on another process"
+      else:
+        try:
+          restored = self._verified(step, *read)
+        except CheckpointIntegrityError as e:  # the same verdict on every process
+          error = str(e)
+      if restored is not None:
         if failed and quarantine:
           for bad, _ in failed:
             self._quarantine(bad)
         return restored
-      error = error or f"{self.directory / str(step)}: failed to restore on another process"
       failed.append((step, error))
-      warnings.warn(f"checkpoint {self.directory / str(step)} is not usable: {error}; "
-                    "trying the previous one", RuntimeWarning, stacklevel=2)
+      warnings.warn(f"checkpoint {where} is not usable: {error}; trying the previous one",
+                    RuntimeWarning, stacklevel=2)
     if failed:
       raise CheckpointIntegrityError(
           f"no intact checkpoint in {self.directory} (nothing was moved): "
           + " | ".join(f"step {step}: {error}" for step, error in failed))
     return None
 
-  def _restore(self, step: int, abstract_params: Any, abstract_opt_state: Any | None,
-               ) -> Restored:
-    """One step, verified: files, then arrays against their checksums, then host state."""
+  def _read(self, step: int, abstract_params: Any, abstract_opt_state: Any | None,
+            ) -> tuple[dict, dict, dict]:
+    """(meta, restored items, their data files) of one step: meta and host-state digest
+    checked, every referenced file present and long enough, then orbax's restore."""
     where = self.directory / str(step)
     meta = self._mgr.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
     if not isinstance(meta, dict) or meta.get("step") != step or "checksums" not in meta:
@@ -157,11 +165,15 @@ class CheckpointManager:
                       for name, paths in by_name.items() if any(str(p) in str(e) for p in paths))
       raise CheckpointIntegrityError(f"{where}: arrays {arrays or '(unknown)'}: "
                                      f"{type(e).__name__}: {e}") from None
-    for item in targets:
-      integrity.verify(out[item], meta["checksums"][item], f"{where}/{item}", files[item])
+    return meta, {item: out[item] for item in targets}, files
+
+  def _verified(self, step: int, meta: dict, items: dict, files: dict) -> Restored:
+    """The step once every array matches its saved checksums and is finite."""
+    where = self.directory / str(step)
+    for item, tree in items.items():
+      integrity.verify(tree, meta["checksums"][item], f"{where}/{item}", files[item])
     rng = None if meta.get("rng") is None else np.asarray(meta["rng"], np.uint32)
-    return Restored(step=step, params=out[PARAMS_ITEM],
-                    opt_state=out["opt_state"] if abstract_opt_state is not None else None,
+    return Restored(step=step, params=items[PARAMS_ITEM], opt_state=items.get("opt_state"),
                     rng=rng, host_state=meta.get("host_state", {}))
 
   def _quarantine(self, step: int) -> None:

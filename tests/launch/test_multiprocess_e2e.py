@@ -4,9 +4,11 @@ Each process gets 4 fake CPU devices (`--xla_force_host_platform_device_count=4`
 standard JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES / JAX_PROCESS_ID variables, which
 `--distributed=auto` honours; the smoke config then runs on one 8-device mesh with fsdp=8
 over both processes (the command of docs/launch.md, "Several processes on one machine").
-Three launches of the pair, the fewest that cover it: an uninterrupted 2-step run, and a
-1-step run resumed for step 2, which must end in the same state bit for bit. The launches
-of each process share a persistent compilation cache.
+Three launches of the pair, the fewest that cover it: an uninterrupted 2-step run; a second
+2-step run whose newest checkpoint then gets flipped bytes in a parameter data file; and a
+relaunch of that one, in which both processes must refuse step 2, fall back to step 1 and
+end step 2 in the uninterrupted run's state bit for bit. The launches of each process share
+a persistent compilation cache.
 """
 
 import ast
@@ -95,7 +97,13 @@ def _scalars(workdir):
 def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("multiprocess")
   straight = _launch_pair(root / "straight", 2, root)
-  first = _launch_pair(root / "resumed", 1, root)
+  first = _launch_pair(root / "resumed", 2, root)
+  data = [p for p in glob.glob(f"{root}/resumed/checkpoints/2/params/**/d/*", recursive=True)]
+  with open(max(data, key=os.path.getsize), "r+b") as f:  # one byte range of one data file
+    f.seek(100)
+    flipped = bytes(b ^ 0xFF for b in f.read(64))
+    f.seek(100)
+    f.write(flipped)
   resumed = _launch_pair(root / "resumed", 2, root)
   return root, straight, first, resumed
 
@@ -125,22 +133,23 @@ def test_both_processes_write_their_shards_of_the_checkpoint(runs):
     assert shards == ["ocdbt.process_0", "ocdbt.process_1"], (item, shards)
 
 
-def test_resume_at_step_2_matches_the_uninterrupted_run_bit_for_bit(runs):
-  root, _, _, resumed = runs
-  for _, out, _ in resumed:
-    assert "starting at step 2 of 2" in out
+def test_both_processes_fall_back_past_the_damaged_step_and_match_bit_for_bit(runs):
+  root, straight, _, resumed = runs
+  for _, out, err in resumed:
+    assert f"checkpoint {root}/resumed/checkpoints/2 is not usable" in err
+    assert "checksum mismatch" in err and "starting at step 2 of 2" in out
+  assert os.path.isdir(root / "resumed" / "checkpoints" / "2.corrupt")
   straight_meta, resumed_meta = _meta(root / "straight", 2), _meta(root / "resumed", 2)
   # The checksums fingerprint every bit of params and optimiser state (model/integrity.py).
   assert resumed_meta["checksums"] == straight_meta["checksums"]
   assert resumed_meta["rng"] == straight_meta["rng"]
   assert resumed_meta["host_state"] == straight_meta["host_state"]
-  straight, resumed = _scalars(root / "straight"), _scalars(root / "resumed")
-  assert set(straight) == set(resumed)
-  for tag, entries in straight.items():
-    # The 1-step launch ended its run at step 1, so it also wrote the open learnable-share
-    # window there (metrics/logger.py); everything else is the same, entry for entry.
-    extra = [(1, resumed[tag][0][1])] if tag == "curriculum/learnable_share" else []
-    assert resumed[tag] == sorted(extra + entries), tag
+  for (_, out, _), (_, expected, _) in zip(resumed, straight, strict=True):
+    assert _progress(out) == _progress(expected)[1:]  # step 2's line, the same numbers
+  straight_tb, resumed_tb = _scalars(root / "straight"), _scalars(root / "resumed")
+  assert set(straight_tb) == set(resumed_tb)
+  for tag, entries in straight_tb.items():  # the newest event of each tag is the relaunch's
+    assert resumed_tb[tag][-1] == entries[-1], tag
 
 
 def test_each_process_sandbox_runs_half_of_the_episodes(runs):
