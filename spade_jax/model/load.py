@@ -36,9 +36,13 @@ PARAMS_ITEM = "params"  # <step>/params/ holds the orbax StandardSave of the Par
 
 
 def write_model_config(directory: pathlib.Path, cfg: ModelConfig) -> None:
-  """Writes <directory>/model_config.json atomically (temp file + rename)."""
+  """Writes <directory>/model_config.json atomically (temp file + rename).
+
+  Every process of a multi-process run writes the same file: each through its own temporary
+  name, so one's rename cannot take the other's temporary file away.
+  """
   directory.mkdir(parents=True, exist_ok=True)
-  tmp = directory / f".{MODEL_CONFIG_FILE}.tmp"
+  tmp = directory / f".{MODEL_CONFIG_FILE}.{os.getpid()}.tmp"
   tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=1, sort_keys=True))
   os.replace(tmp, directory / MODEL_CONFIG_FILE)
 
