@@ -17,6 +17,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import socket
 import warnings
 
 import jax
@@ -42,7 +43,7 @@ def write_model_config(directory: pathlib.Path, cfg: ModelConfig) -> None:
   name, so one's rename cannot take the other's temporary file away.
   """
   directory.mkdir(parents=True, exist_ok=True)
-  tmp = directory / f".{MODEL_CONFIG_FILE}.{os.getpid()}.tmp"
+  tmp = directory / f".{MODEL_CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
   tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=1, sort_keys=True))
   os.replace(tmp, directory / MODEL_CONFIG_FILE)
 
