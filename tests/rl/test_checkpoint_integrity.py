@@ -125,7 +125,7 @@ def test_edited_host_state_is_refused(tmp_path):
 
 
 _KILLED_SAVE = textwrap.dedent("""
-    import sys, jax, numpy as np
+    import pathlib, sys, time, jax, numpy as np
     from spade_jax.rl.checkpoint import CheckpointManager
     manager = CheckpointManager(sys.argv[1], keep=5)
     small = {"w": np.ones((8,), np.float32)}
@@ -133,6 +133,10 @@ _KILLED_SAVE = textwrap.dedent("""
     manager.wait_until_finished()
     big = {"w": jax.random.normal(jax.random.key(0), (48 * 1024 * 1024,))}  # 192 MiB
     manager.save(2, big, {"mu": big}, None, {"seen": 2}, force=True)
+    deadline = time.time() + 60  # orbax creates the step's temporary directory in the background
+    while not any(p.name.startswith("2") for p in pathlib.Path(sys.argv[1]).iterdir()):
+      assert time.time() < deadline, "no directory for step 2 appeared"
+      time.sleep(0.005)
     print("saving", flush=True)
     manager.wait_until_finished()
     print("saved", flush=True)
