@@ -18,6 +18,7 @@ from spade_jax.eval import stats
 from spade_jax.eval.generate import Generator
 from spade_jax.eval.suite import Item, ItemRecord, Suite
 from spade_jax.eval.suites import get_suite
+from spade_jax.eval.suites.user_data import read_jsonl
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,17 +57,9 @@ def evaluate(requests: Sequence[SuiteRequest], generator: Generator, pool=None,
 def read_predictions(path: str | os.PathLike, key: str = "responses") -> dict[str, Any]:
   """{id: the line's `key` value} from a JSONL file; errors name the file and line."""
   found = {}
-  for n, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
-    if not line.strip():
-      continue
-    try:
-      entry = json.loads(line)
-    except json.JSONDecodeError as exc:
-      raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
-    if not isinstance(entry, dict) or "id" not in entry or key not in entry:
-      raise ValueError(f"{path}:{n}: expected an object with 'id' and {key!r}")
-    if entry["id"] in found:
-      raise ValueError(f"{path}:{n}: id {entry['id']!r} appears twice")
+  for entry in read_jsonl(path, ("id", key)):
+    if str(entry["id"]) in found:
+      raise ValueError(f"{path}: id {entry['id']!r} appears twice")
     found[str(entry["id"])] = entry[key]
   return found
 
