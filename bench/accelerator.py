@@ -128,9 +128,10 @@ def _best(fn, repeats: int) -> float:
   return min(times)
 
 
-def copy_bandwidth(gib: int = 1) -> float:
-  """Bytes/s of a jitted elementwise pass (each byte read once and written once)."""
-  x = jnp.ones((gib * 2**30 // 4,), jnp.float32)
+def copy_bandwidth(nbytes: int = 2**30) -> float:
+  """Bytes/s of a jitted elementwise pass over an `nbytes` float32 array (each byte read once
+  and written once)."""
+  x = jnp.ones((nbytes // 4,), jnp.float32)
   fn = jax.jit(lambda a: a + 1.0)
   jax.block_until_ready(fn(x))
   return 2 * x.nbytes / _best(lambda: fn(x), 5)

@@ -20,11 +20,14 @@ argsort), attended with `is_causal` and `query_seq_lengths = key_value_seq_lengt
 moved back, so any padding costs no mask; packed rows instead pass the segment equality as
 its `mask` (jax adds it as a [B, 1, T, T] bias).
 
-With "cudnn" a one-token decode step over the KV cache runs JAX's Pallas GPU decode kernel
-(`jax.experimental.pallas.ops.gpu.decode_attention.gqa`), which reads each row only from
-its first to its last visible entry, whenever every row's visible entries are one run of
-consecutive entries (the slot engine keeps rows so); otherwise, and on every other path,
-the cached attention is the batched einsum over the whole window (`decode_attention`).
+A one-token decode step over the KV cache runs a Pallas decode kernel that reads each row's
+visible entries only, whenever every row's visible entries are one run of consecutive
+entries (the slot engine keeps rows so): with "cudnn" JAX's GPU decode kernel
+(`jax.experimental.pallas.ops.gpu.decode_attention.gqa`, any run), with "pallas_tpu" JAX's
+TPU paged-attention kernel (`jax.experimental.pallas.ops.tpu.paged_attention`, runs from entry
+0, bf16 caches: it reads keys and values as bf16) over the row-major cache viewed as pages.
+Otherwise, and on every other path, the cached
+attention is the batched einsum over the whole window (`decode_attention`).
 
 `emulated_kernels()` lets tests run the accelerator kernels on CPU: the cuDNN call through
 `implementation="xla"` (the same call, the XLA implementation) and the Pallas kernels in
@@ -52,6 +55,8 @@ _NEEDS = {"cudnn": "gpu", "pallas_tpu": "tpu"}
 _HALF = ("bfloat16", "float16")
 PAD_SEGMENT = int(np.iinfo(np.int32).min)  # segment id of padding tokens (fused kernels)
 _SPLASH_BLOCKS = (512, 256, 128)  # splash tile sizes tried, largest first (T is padded to 128)
+_PAGE_SIZES = (64, 32, 16)  # pages the TPU decode kernel views the cache as, largest first
+_PAGED_BLOCK = 512  # at most this many entries per compute block of the TPU decode kernel
 
 _EMULATE = contextvars.ContextVar("spade_jax_emulated_kernels", default=False)
 
@@ -59,8 +64,8 @@ _EMULATE = contextvars.ContextVar("spade_jax_emulated_kernels", default=False)
 @contextlib.contextmanager
 def emulated_kernels():
   """Within this block (at trace time) "cudnn" and "pallas_tpu" run on any platform: cuDNN
-  as the XLA implementation of the same call, the Pallas kernels (splash, GPU decode) in
-  interpret mode. For tests."""
+  as the XLA implementation of the same call, the Pallas kernels (splash, GPU decode, TPU
+  paged decode) in interpret mode. For tests."""
   token = _EMULATE.set(True)
   try:
     yield
@@ -127,7 +132,8 @@ def self_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: ja
     return _dot_product(q, k, v, mask, scale, impl)
   if impl == "pallas_tpu":
     segments = jnp.where(mask, 0, PAD_SEGMENT) if mask.dtype == jnp.bool_ else mask
-    return _sharded_over_rows(functools.partial(_splash, scale=scale), q, k, v, segments)
+    return _sharded_over_rows(functools.partial(_splash, scale=scale),
+                              ("b.h.", "b.h.", "b.h.", "b."), "b.h.", q, k, v, segments)
   raise ValueError(f"attention kernel {impl!r} is not resolved; expected one of "
                    f"{ATTENTION_IMPLS[1:]}")
 
@@ -137,26 +143,31 @@ def decode_attention(impl: str, q: jax.Array, k: jax.Array, v: jax.Array, mask: 
   """Attention over a KV-cache window: q [B, T, N, Hd]; k, v [B, K, S, Hd] (k [B, K, Hd, S]
   on CPU); mask [B, T, S]. `fallback(q, k, v, mask, scale)` is the einsum form.
 
-  For "cudnn", T == 1, S a multiple of 16, keys in the accelerator layout and one device,
-  the Pallas decode kernel runs when every row's visible entries are consecutive (checked on
-  device; else the fallback).
+  For "cudnn" and "pallas_tpu", T == 1, S a multiple of 16 and keys in the accelerator
+  layout, the platform's Pallas decode kernel reads each row's visible run only, when every
+  row's visible entries are consecutive (and, for the TPU kernel, start at entry 0): checked
+  on device, else the fallback. The TPU kernel casts the keys and values it loads to bf16,
+  so it runs on bf16 caches only. Under a mesh the kernel runs per shard.
   """
+  kernel = _DECODE_KERNELS.get(impl)
   t, s = q.shape[1], v.shape[2]
-  mesh = jax.sharding.get_abstract_mesh()
-  if (impl != "cudnn" or t != 1 or s % 16 or key_entry_axis() != 2
-      or not (mesh.empty or mesh.size == 1)):
+  if (kernel is None or t != 1 or s % 16 or key_entry_axis() != 2
+      or (impl == "pallas_tpu" and v.dtype != jnp.bfloat16)):
     return fallback(q, k, v, mask, scale)
   visible = mask[:, 0, :]  # [B, S]
   first = jnp.argmax(visible, axis=1).astype(jnp.int32)  # 0 when nothing is visible
   last = s - 1 - jnp.argmax(visible[:, ::-1], axis=1).astype(jnp.int32)
   count = jnp.sum(visible, axis=1, dtype=jnp.int32)
-  consecutive = jnp.all((count == 0) | (last - first + 1 == count))
-  return jax.lax.cond(consecutive,
-                      lambda: _gpu_decode(q, k, v, first, first + count, scale),
+  runs = (count == 0) | (last - first + 1 == count)  # [B]
+  if impl == "pallas_tpu":  # the paged kernel reads entries [0, length)
+    runs &= (count == 0) | (first == 0)
+  run = functools.partial(_sharded_over_rows, functools.partial(kernel, scale=scale),
+                          ("b.h.", "bh..", "bh..", "b", "b"), "b.h.")
+  return jax.lax.cond(jnp.all(runs), lambda: run(q, k, v, first, first + count),
                       lambda: fallback(q, k, v, mask, scale))
 
 
-def _gpu_decode(q, k, v, start, end, scale):
+def _gpu_decode(q, k, v, start, end, *, scale):
   """The Pallas GPU decode kernel over entries [start, end) of each row: q [B, 1, N, Hd];
   k, v [B, K, S, Hd] -> [B, 1, N, Hd]."""
   from jax.experimental.pallas.ops.gpu import (  # pylint: disable=import-outside-toplevel
@@ -169,6 +180,39 @@ def _gpu_decode(q, k, v, start, end, scale):
                           sm_scale=scale, block_k=block, k_splits=splits,
                           interpret=_EMULATE.get())  # [B, N, Hd]
   return out[:, None].astype(v.dtype)
+
+
+def _tpu_decode(q, k, v, start, end, *, scale):
+  """JAX's Pallas TPU paged-attention kernel over entries [0, end) of each row (`start` is 0:
+  decode_attention checks it): q [B, 1, N, Hd]; k, v [B, K, S, Hd] -> [B, 1, N, Hd].
+
+  The cache is not paged, but each (row, kv head) block of S entries is contiguous, so the
+  buffers are viewed (a free reshape) as one kv head's paged cache of B * K sequences with an
+  identity page table; each sequence is one (row, kv head) with its G query heads.
+  """
+  from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
+  from jax.experimental.pallas.ops.tpu.paged_attention import (  # pylint: disable=import-outside-toplevel
+    paged_attention,
+  )
+  del start
+  b, _, n, hd = q.shape
+  kv_heads, s = k.shape[1], k.shape[2]
+  page = next(size for size in _PAGE_SIZES if s % size == 0)
+  pages = s // page
+  per_block = next(c for c in (8, 4, 2, 1) if pages % c == 0 and c * page <= _PAGED_BLOCK)
+  seqs = b * kv_heads
+  paged = lambda x: x.reshape(1, seqs * pages, page, hd)  # [1, B*K*S/page, page, Hd]
+  table = (jnp.arange(seqs, dtype=jnp.int32)[:, None] * pages
+           + jnp.arange(pages, dtype=jnp.int32))  # [B*K, S/page]
+  queries = (q[:, 0].astype(jnp.float32) * scale).reshape(seqs, n // kv_heads, hd)  # [B*K, G, Hd]
+  interpret = pltpu.force_tpu_interpret_mode() if _EMULATE.get() else contextlib.nullcontext()
+  with interpret:
+    out = paged_attention(queries, paged(k), paged(v), jnp.repeat(end, kv_heads), table,
+                          pages_per_compute_block=per_block)  # [B*K, G, Hd]
+  return out.reshape(b, 1, n, hd).astype(v.dtype)
+
+
+_DECODE_KERNELS = {"cudnn": _gpu_decode, "pallas_tpu": _tpu_decode}
 
 
 def _dot_product(q, k, v, mask, scale, impl):
@@ -187,18 +231,20 @@ def _dot_product(q, k, v, mask, scale, impl):
   return gather(out, jnp.argsort(order, axis=1))  # back to the rows' own order
 
 
-def _sharded_over_rows(fn, q, k, v, segments):
-  """fn per device shard under an active mesh (rows over the batch axes, kv heads over
-  tensor): a Pallas call is not partitioned by the compiler, so it runs inside shard_map."""
+def _sharded_over_rows(fn, layouts: tuple[str, ...], out_layout: str, *args):
+  """fn(*args) per device shard under an active mesh, else once. Each layout string names an
+  array's axes: "b" rows (over the batch axes), "h" kv heads, or query heads grouped by kv
+  head (over tensor), "." whole; args[1] holds the kv heads. A Pallas call is not
+  partitioned by the compiler, so it runs inside shard_map."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
-    return fn(q, k, v, segments)
-  b, _, kv_heads, _ = k.shape
-  batch = logical_to_spec(("batch",), (b,), mesh)[0]
-  heads = logical_to_spec(("kv_heads",), (kv_heads,), mesh)[0]
-  spec = jax.sharding.PartitionSpec(batch, None, heads, None)
-  return jax.shard_map(fn, in_specs=(spec, spec, spec, jax.sharding.PartitionSpec(batch, None)),
-                       out_specs=spec, check_vma=False)(q, k, v, segments)
+    return fn(*args)
+  rows, kv_heads = args[0].shape[0], args[1].shape[layouts[1].index("h")]
+  axes = {"b": logical_to_spec(("batch",), (rows,), mesh)[0],
+          "h": logical_to_spec(("kv_heads",), (kv_heads,), mesh)[0]}
+  spec = lambda layout: jax.sharding.PartitionSpec(*(axes.get(c) for c in layout))
+  return jax.shard_map(fn, in_specs=tuple(spec(layout) for layout in layouts),
+                       out_specs=spec(out_layout), check_vma=False)(*args)
 
 
 def _splash(q, k, v, segments, *, scale):

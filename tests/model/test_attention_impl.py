@@ -161,31 +161,69 @@ def test_config_rejects_an_unknown_kernel():
     get_preset("tiny", attention_impl="flash")
 
 
-def _decode_inputs(holes: bool):
-  """One query per row over a 64-entry window; rows: a prefix, a run starting at 5, all
-  entries, none visible (an idle slot) -- or, with holes, an entry hidden in the middle."""
+_DECODE_ENTRIES = 192  # TPU kernel: three 64-entry pages, one page a compute block
+
+
+def _decode_inputs(rows: str, dtype=jnp.float32):
+  """One query per row over a 192-entry window. Rows (one letter each): "p" a 37-entry prefix,
+  "l" a 150-entry prefix (three pages), "a" all entries, "n" none (an idle slot), "o" a run
+  starting at 5, "h" a prefix with a hole at entry 20."""
   rng = np.random.default_rng(3)
-  q = jnp.asarray(rng.normal(size=(4, 1, 4, 8)), jnp.float32)
-  k, v = (jnp.asarray(rng.normal(size=(4, 2, 64, 8)), jnp.float32) for _ in range(2))
-  idx = np.arange(64)
-  visible = np.stack([idx < 37, (idx >= 5) & (idx < 50), idx < 64, idx < 0])
-  if holes:
-    visible[0, 20] = False
-  return q, k, v, jnp.asarray(visible[:, None, :])
+  b, s = len(rows), _DECODE_ENTRIES
+  q = jnp.asarray(rng.normal(size=(b, 1, 4, 8)), dtype)  # the model casts k, v to q's dtype
+  k, v = (jnp.asarray(rng.normal(size=(b, 2, s, 8)), dtype) for _ in range(2))
+  idx = np.arange(s)
+  runs = {"p": idx < 37, "l": idx < 150, "a": idx < s, "n": idx < 0,
+          "o": (idx >= 5) & (idx < 50), "h": (idx < 37) & (idx != 20)}
+  return q, k, v, jnp.asarray(np.stack([runs[r] for r in rows])[:, None, :])
 
 
-@pytest.mark.parametrize("holes", [False, True])
-def test_decode_kernel_reads_the_visible_run(holes, monkeypatch):
-  """Consecutive visible entries: the Pallas GPU decode kernel equals the reference; a row
-  with a hole sends the whole step to the fallback (the einsum), marked here by 7s."""
-  monkeypatch.setattr(attention_impl, "key_entry_axis", lambda platform=None: 2)
-  q, k, v, mask = _decode_inputs(holes)
-  marker = lambda q, *_: jnp.full(q.shape, 7.0)
+def _decode(impl, q, k, v, mask, fallback):
   with emulated_kernels():
-    got = jax.jit(lambda *a: decode_attention("cudnn", *a, 0.3, fallback=marker))(q, k, v, mask)
-  if holes:
-    np.testing.assert_array_equal(got, 7.0)
-    return
-  want = dot_product_attention(q, k.swapaxes(1, 2), v.swapaxes(1, 2), mask, 0.3)
-  np.testing.assert_allclose(np.asarray(got)[:3], np.asarray(want)[:3], atol=1e-5)
-  assert np.isfinite(np.asarray(got)).all()  # the idle row: finite, never used
+    return jax.jit(lambda *a: decode_attention(impl, *a, 0.3, fallback=fallback))(q, k, v, mask)
+
+
+_MARKER = lambda q, *_: jnp.full(q.shape, 7.0, q.dtype)  # a fallback that marks its output
+
+
+# The GPU kernel reads any run; the TPU kernel runs from entry 0 and reads bf16 caches.
+@pytest.mark.parametrize("impl,rows,dtype", [
+    ("cudnn", "plano", jnp.float32), ("pallas_tpu", "plan", jnp.bfloat16)])
+def test_decode_kernel_reads_the_visible_run(impl, rows, dtype, monkeypatch):
+  """Consecutive visible entries: the Pallas decode kernel equals the reference (in fp32 on
+  the same cached values); an idle row comes out finite (it is never used)."""
+  monkeypatch.setattr(attention_impl, "key_entry_axis", lambda platform=None: 2)
+  q, k, v, mask = _decode_inputs(rows, dtype)
+  got = _decode(impl, q, k, v, mask, _MARKER)
+  f32 = lambda x: x.astype(jnp.float32).swapaxes(1, 2)
+  want = dot_product_attention(q.astype(jnp.float32), f32(k), f32(v), mask, 0.3)
+  live = [i for i, r in enumerate(rows) if r != "n"]
+  np.testing.assert_allclose(np.asarray(got, np.float32)[live], np.asarray(want)[live],
+                             atol=1e-5 if dtype == jnp.float32 else 8e-3)
+  assert np.isfinite(np.asarray(got, np.float32)).all()
+
+
+@pytest.mark.parametrize("impl,rows,dtype", [
+    ("cudnn", "ph", jnp.float32), ("pallas_tpu", "ph", jnp.bfloat16),
+    ("pallas_tpu", "po", jnp.bfloat16), ("pallas_tpu", "pa", jnp.float32)])
+def test_decode_kernel_falls_back_where_it_cannot_read_the_rows(impl, rows, dtype,
+                                                                monkeypatch):
+  """A row with a hole (either kernel), a run not from entry 0 or an fp32 cache (the TPU
+  kernel) sends the whole step to the fallback, the einsum, marked here by 7s."""
+  monkeypatch.setattr(attention_impl, "key_entry_axis", lambda platform=None: 2)
+  np.testing.assert_array_equal(_decode(impl, *_decode_inputs(rows, dtype), _MARKER), 7.0)
+
+
+@pytest.mark.parametrize("impl,dtype", [("cudnn", jnp.float32), ("pallas_tpu", jnp.bfloat16)])
+def test_decode_kernel_under_a_mesh_matches_unsharded(impl, dtype, monkeypatch):
+  """Under a 2 x 2 mesh the decode kernel runs per shard (rows over data, kv heads over
+  tensor), not through the fallback, and equals the unsharded call."""
+  monkeypatch.setattr(attention_impl, "key_entry_axis", lambda platform=None: 2)
+  q, k, v, mask = _decode_inputs("plan", dtype)
+  mesh = make_mesh({"data": 2, "fsdp": 1, "tensor": 2, "expert": 1}, jax.devices()[:4])
+  want = _decode(impl, q, k, v, mask, _MARKER)
+  with jax.set_mesh(mesh):
+    got = _decode(impl, q, k, v, mask, _MARKER)
+  np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want, np.float32),
+                             atol=1e-6)
+  assert not np.any(np.asarray(got, np.float32) == 7.0)
