@@ -88,7 +88,7 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
   zeros = jax.tree.map(jnp.zeros_like, params)
   init_sums = {k: jnp.zeros((), jnp.float32) for k in (*_SUM_KEYS, *_MAX_KEYS)}
   (grads, sums), _ = jax.lax.scan(body, (zeros, init_sums), batch)
-  grad_norm = optax.global_norm(grads)
+  grad_norm = optax.tree.norm(grads)
   updates, opt_state = tx.update(grads, opt_state, params)
   params = optax.apply_updates(params, updates)
   return params, opt_state, _finalise(sums, grad_norm)

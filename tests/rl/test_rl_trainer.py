@@ -113,6 +113,9 @@ def test_remat_with_the_reference_trains_like_no_remat(initial):
                ("loss", "kl", "entropy", "grad_norm"), metric_atol=1e-6)
 
 
+# The accelerator path runs on newer jax / flax / optax too (docs/model.md, "JAX versions"):
+# what the pinned releases deprecate is what the next ones remove.
+@pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
 def test_accelerator_training_path_trains_like_the_cpu_path(initial, monkeypatch):
   """As on a GPU: cuDNN attention (emulated: the XLA implementation of the same call) and
   remat "auto" = full, through micro-batches, the reference and TIS; same metrics and
