@@ -42,6 +42,8 @@ PROBE_SEEDS = (101, 102, 103)  # fresh seeds for the oracle and the degenerate-p
 ORACLE_MIN_RETURN = 0.99  # oracle_actions() must reach this return on every probe seed
 DEGENERATE_MAX_RETURN = 0.5  # a degenerate policy reaching this mean return: hackable
 STUFFED_NUMBERS = 101  # the stuffed probe reply lists the integers 0..100 among its guesses
+INSTRUCTION_PREFIX = "User:"  # an observation line starting so poses a user instruction
+MIN_INSTRUCTIONS = 2  # a tool-use oracle episode must pose at least this many instructions
 
 _ALLOWED_LIST = textwrap.fill(
     ", ".join(sorted(ALLOWED_IMPORTS - {"__future__"})), width=88, subsequent_indent="    ")
@@ -74,6 +76,11 @@ Optional class attributes:
                     {{"name": "<tool>", "arguments": {{...}}}}, and its plain replies to
                     the user as a str. The schemas may use type, properties, required,
                     enum, items and description. Required in the tool-use setting.
+                    A tool-use environment poses a sequence of user instructions, each an
+                    observation line starting with "{INSTRUCTION_PREFIX}": reset's observation
+                    poses the first, the observation after one is done the next. Played in
+                    order, the actions of oracle_actions() must meet at least
+                    {MIN_INSTRUCTIONS} different instructions before the episode's last step.
   difficulty_levels: int
                     Number of difficulty levels, 2 to {MAX_DIFFICULTY_LEVELS}. Also define the
                     class attribute difficulty = 0; the framework may set it to a level in

@@ -9,6 +9,9 @@ Each guard is a named rule (the reason reads "<rule>: <detail>"):
   oracle         oracle_actions(), when defined (or required), returns a list of actions
                  (strs or tool-call dicts) that reaches ORACLE_MIN_RETURN on every probe seed.
   hackable       no degenerate policy (PROBES) earns a mean return of DEGENERATE_MAX_RETURN.
+  instructions   a tool-use environment's oracle episodes each pose MIN_INSTRUCTIONS or more
+                 different user instructions (observation lines starting INSTRUCTION_PREFIX)
+                 before their last step: a sequence of requests, not a single one.
 `validate.judge` runs them after the basic rules; the runner plays the episodes they read.
 """
 
@@ -124,4 +127,35 @@ def probe_problem(runs: list[Run]) -> str | None:
       return (f"hackable: the {_PROBE_NAMES[policy]} probe (action {action}) earned a mean "
               f"return of {mean:.3g} >= {contract.DEGENERATE_MAX_RETURN:g} over seeds "
               f"{[r.seed for r in played]}")
+  return None
+
+
+def posed_instructions(run: Run, env_max: int | None) -> list[str]:
+  """The different user instructions a run's observations posed while the episode went on.
+
+  An instruction is an observation line that starts with contract.INSTRUCTION_PREFIX; the
+  observation of the step that ends the episode poses nothing (nothing is left to do).
+  """
+  lines = []
+  for i, (observation, _, terminated, truncated) in enumerate(run.fingerprint):
+    if i > 0 and (terminated or truncated or (env_max is not None and i >= env_max)):
+      break
+    lines += [line.strip() for line in observation.splitlines()]
+  prefix = contract.INSTRUCTION_PREFIX
+  texts = [line[len(prefix):].strip() for line in lines if line.startswith(prefix)]
+  return list(dict.fromkeys(text for text in texts if text))
+
+
+def instructions_problem(runs: list[Run], tools, env_max: int | None) -> str | None:
+  if not tools:
+    return None
+  for run in (r for r in runs if r.kind == "oracle"):
+    posed = posed_instructions(run, env_max)
+    if len(posed) < contract.MIN_INSTRUCTIONS:
+      shown = "; ".join(repr(p[:60]) for p in posed) or "none"
+      return (f"instructions: the oracle_actions() episode of seed {run.seed} posed "
+              f"{len(posed)} user instruction(s) ({shown}) before its last step; a tool-use "
+              f"environment poses a sequence of at least {contract.MIN_INSTRUCTIONS}, each on "
+              f"an observation line starting with {contract.INSTRUCTION_PREFIX!r}, the next "
+              "once the previous one is done")
   return None

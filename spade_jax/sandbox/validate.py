@@ -10,8 +10,8 @@ Reasons read "<rule>: [line N: ]<detail>", the detail naming the seed, step and 
 where there are some. Rules: syntax, structure, allowed-imports, forbidden-names,
 contract, runs, types, obs-length, time, return, deterministic (whole episodes replayed on
 a fresh instance), varied, and the guards of guards.py (tools, tool-calls, tools-ignored,
-oracle, hackable); the pool adds "infra" for its own failures, which say nothing about
-the source.
+oracle, hackable, instructions); the pool adds "infra" for its own failures, which say
+nothing about the source.
 """
 
 from __future__ import annotations
@@ -158,7 +158,8 @@ def _judge(result: dict, trial: dict, rules: Rules) -> tuple[str | None, int | N
              or guards.tool_calls_problem(runs, attrs.get("tools"))
              or guards.probe_problem(runs)
              or guards.oracle_problem(runs, bool(result.get("has_oracle")),
-                                      rules.require_oracle))
+                                      rules.require_oracle)
+             or guards.instructions_problem(runs, attrs.get("tools"), env_max))
   return problem, env_max
 
 

@@ -50,9 +50,10 @@ when it always or never does. Aim for the agent's learning frontier.""",
 
 _DESIGNER_ROLE_TOOLS = """\
 This is a tool-use environment: define the class attribute `tools` (OpenAI function-calling
-specs), keep a stateful backend in the instance (records, accounts, files, ...), give the
-user's instructions as observations (the next instruction once the previous one is done),
-and reward correct tool calls and final states. A tool call reaches step() already parsed, as
+specs), keep a stateful backend in the instance (records, accounts, files, ...), pose a
+sequence of at least two user instructions, each on an observation line that starts with
+"User:" (the first in reset's observation, the next once the previous one is done), and
+reward correct tool calls and final states. A tool call reaches step() already parsed, as
 a dict {"name": "<tool>", "arguments": {...}}; a str is the agent's plain reply to the user.
 The validator calls every declared tool with arguments that match its JSON schema: answer
 each call with a tool result (an error message for bad values), never crash, and never
@@ -107,8 +108,8 @@ class GeneratedToolEnv:
 
   def reset(self, seed=None):
     self.rng = random.Random(seed)
-    # Build the backend state and the user's instructions from self.rng.
-    return "<the user's first instruction>", {}
+    # Build the backend state and the user's instructions (two or more) from self.rng.
+    return "User: <the user's first instruction>", {}
 
   def step(self, action):
     if isinstance(action, str):
@@ -116,6 +117,7 @@ class GeneratedToolEnv:
     # action is {"name": ..., "arguments": {...}}: run the tool on the backend.
     result = {"error": f"unknown tool {action['name']}"}
     # Reward correct calls and final states; the rewards of one episode sum to at most 1.
+    # Once an instruction is done, add the line "User: <the next instruction>" to the result.
     return json.dumps(result), 0.0, False, False, {}
 
   def oracle_actions(self):

@@ -6,7 +6,8 @@ from spade_jax.sandbox import contract, schema
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.sandbox.runner import example_action, sample_value, stuffed_reply
 
-# A sound tool environment: look the price up, then answer it; oracle included.
+# A sound tool environment: two questions in turn (look the price up, answer it, then the
+# price of two); oracle included.
 SHOP = '''\
 import json
 import random
@@ -24,7 +25,8 @@ class Shop:
     rng = random.Random(seed)
     self.item = rng.choice(["apple", "pear", "plum", "fig"])
     self.price = rng.randint(10, 999)
-    return f"How much is one {self.item}? Answer with the number of cents.", {}
+    self.count = 1
+    return f"User: How much is one {self.item}? Answer with the number of cents.", {}
 
   def step(self, action):
     if isinstance(action, dict):
@@ -32,8 +34,48 @@ class Shop:
         return json.dumps({"error": "unknown tool"}), 0.0, False, False, {}
       found = action["arguments"]["item"] == self.item
       return json.dumps({"price": self.price if found else None}), 0.0, False, False, {}
-    done = action.strip() == str(self.price)
-    return ("Right." if done else "No."), float(done), done, False, {}
+    done = action.strip() == str(self.price * self.count)
+    if not done:
+      return "No.", 0.0, False, False, {}
+    if self.count == 1:
+      self.count = 2
+      return f"Right.\\nUser: And how much are two {self.item}s?", 0.5, False, False, {}
+    return "Right.\\nUser: Thanks!", 0.5, True, False, {}
+
+  def oracle_actions(self):
+    return [{"name": "get_price", "arguments": {"item": self.item}}, str(self.price),
+            str(2 * self.price)]
+'''
+
+# A tool environment that poses one instruction only (its closing "User: Thanks!" ends the
+# episode and asks for nothing).
+ONE_REQUEST = '''\
+import json
+import random
+
+
+class Price:
+  max_turns = 6
+  tools = [{"type": "function", "function": {
+      "name": "get_price", "description": "Price of an item in cents.",
+      "parameters": {"type": "object", "properties": {"item": {"type": "string"}},
+                     "required": ["item"]}}}]
+
+  def reset(self, seed=None):
+    rng = random.Random(seed)
+    self.item = rng.choice(["apple", "pear", "plum", "fig"])
+    self.price = rng.randint(10, 999)
+    self.request = f"How much is one {self.item}? Answer with the number of cents."
+    return f"User: {self.request}", {}
+
+  def step(self, action):
+    if isinstance(action, dict):  # the tool result repeats the request: still one
+      found = action["arguments"].get("item") == self.item
+      result = json.dumps({"price": self.price if found else None})
+      return f"{result}\\nUser: {self.request}", 0.0, False, False, {}
+    if action.strip() != str(self.price):
+      return "No.", 0.0, False, False, {}
+    return "Right.\\nUser: Thanks!", 1.0, True, False, {}
 
   def oracle_actions(self):
     return [{"name": "get_price", "arguments": {"item": self.item}}, str(self.price)]
@@ -74,31 +116,32 @@ def test_an_environment_that_crashes_on_a_schema_valid_call_is_rejected():
 
 
 def test_a_degenerate_policy_that_wins_marks_the_environment_hackable():
-  stuffed = SHOP.replace('done = action.strip() == str(self.price)',
-                         'done = str(self.price) in action.split()')
-  stuffed = stuffed.replace("self.price = rng.randint(10, 999)", "self.price = rng.randint(10, 99)")
+  stuffed = SHOP.replace('done = action.strip() == str(self.price * self.count)',
+                         'done = str(self.price * self.count) in action.split()')
+  stuffed = stuffed.replace("self.price = rng.randint(10, 999)", "self.price = rng.randint(10, 50)")
   assert reason(stuffed).startswith("hackable: the stuffed-reply probe")
-  empty = SHOP.replace('done = action.strip() == str(self.price)', 'done = not action.strip()')
+  empty = SHOP.replace('done = action.strip() == str(self.price * self.count)',
+                       'done = not action.strip()')
   assert reason(empty).startswith("hackable: the empty-replies probe")
   example = SHOP.replace('Answer with the number of cents.",',
                          'Answer with the number of cents, for example 250.",')
-  example = example.replace('done = action.strip() == str(self.price)',
-                            'done = action.strip() in (str(self.price), "250")')
+  example = example.replace('done = action.strip() == str(self.price * self.count)',
+                            'done = action.strip() in (str(self.price * self.count), "250")')
   assert reason(example).startswith('hackable: the example-action probe (action "250")')
 
 
 def test_nondeterminism_after_the_first_step_is_caught_on_whole_episodes():
-  later = SHOP.replace('return ("Right." if done else "No."),',
-                       'return ("Right." if done else f"No ({random.random()})."),')
+  later = SHOP.replace('return "No.", 0.0,', 'return f"No ({random.random()}).", 0.0,')
   assert reason(later).startswith("deterministic: seed 0 replayed with the actions")
   assert "step" in reason(later)
 
 
 def test_the_oracle_must_solve_fresh_seeds_and_can_be_required():
-  wrong = SHOP.replace("str(self.price)]", "str(self.price + 1)]")
-  assert reason(wrong).startswith("oracle: oracle_actions() reached a return of 0 < 0.99 on seed")
+  wrong = SHOP.replace("str(2 * self.price)]", "str(2 * self.price + 1)]")
+  assert reason(wrong).startswith(
+      "oracle: oracle_actions() reached a return of 0.5 < 0.99 on seed")
   oracle_line = ('    return [{"name": "get_price", "arguments": {"item": self.item}}, '
-                 'str(self.price)]')
+                 'str(self.price),\n            str(2 * self.price)]')
   raises = SHOP.replace(oracle_line, "    1 / 0\n" + oracle_line)
   assert reason(raises).startswith("oracle: oracle_actions() after reset(seed=101) failed: "
                                    "ZeroDivisionError")
@@ -112,6 +155,20 @@ def test_the_oracle_must_solve_fresh_seeds_and_can_be_required():
   assert reason(missing) is None
   assert reason(missing, require_oracle=True).startswith("oracle: this run requires")
   assert reason(contract.EXAMPLE_ENV, require_oracle=True) is None
+
+
+def test_a_tool_environment_must_pose_a_sequence_of_user_instructions():
+  assert reason(ONE_REQUEST, require_tools=True, require_oracle=True) == (
+      "instructions: the oracle_actions() episode of seed 101 posed 1 user instruction(s) "
+      "('How much is one pear? Answer with the number of cents.') before its last step; a "
+      "tool-use environment poses a sequence of at least 2, each on an observation line "
+      "starting with 'User:', the next once the previous one is done")
+  unmarked = SHOP.replace("Right.\\nUser: And how much", "Right. And how much")
+  assert reason(unmarked).startswith("instructions: the oracle_actions() episode of seed 101 "
+                                     "posed 1 user instruction(s) ('How much is one")
+  # Judged on the oracle's episodes: without oracle_actions() there are none to judge.
+  assert reason(ONE_REQUEST.replace("def oracle_actions", "def _oracle_actions")) is None
+  assert reason(contract.EXAMPLE_ENV, require_oracle=True) is None  # not a tool environment
 
 
 def test_real_pool_judges_as_the_fake_pool(pool):

@@ -42,7 +42,8 @@ def test_static_rules_name_the_line():
 
 
 def test_contract_text_states_the_limits():
-  for value in (contract.MAX_OBS_CHARS, contract.MAX_TURNS_CAP, "reset(self, seed", "tools"):
+  for value in (contract.MAX_OBS_CHARS, contract.MAX_TURNS_CAP, "reset(self, seed", "tools",
+                f'starting with "{contract.INSTRUCTION_PREFIX}"'):
     assert str(value) in contract.CONTRACT_TEXT
   for module in contract.ALLOWED_IMPORTS - {"__future__"}:
     assert module in contract.CONTRACT_TEXT

@@ -236,18 +236,19 @@ class Doors:
 
   def reset(self, seed=None):
     self.n = random.Random(seed).randint(0, 10**9)
-    return f"[env T] instance {self.n}. Open the door with the prize.", {}
+    return f"[env T] instance {self.n}.\\nUser: Look at the doors.", {}
 
   def step(self, action):
     if isinstance(action, str):
       return "Please use the tools.", 0.0, False, False, {}
     if action["name"] == "look":
-      return json.dumps({"doors": ["red", "blue", "green"], "n": self.n}), 0.0, False, False, {}
+      doors = json.dumps({"doors": ["red", "blue", "green"], "n": self.n})
+      return f"{doors}\\nUser: Now open the door with the prize.", 0.0, False, False, {}
     won = action["arguments"]["door"] == "red"
     return json.dumps({"prize": won}), float(won), True, False, {}
 
   def oracle_actions(self):
-    return [{"name": "open_door", "arguments": {"door": "red"}}]
+    return [{"name": "look", "arguments": {}}, {"name": "open_door", "arguments": {"door": "red"}}]
 '''
 
 

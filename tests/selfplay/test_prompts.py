@@ -1,6 +1,6 @@
 """Designer and agent prompts: what each role is shown."""
 
-from spade_jax.sandbox import validate
+from spade_jax.sandbox import contract, validate
 from spade_jax.sandbox.contract import CONTRACT_TEXT
 from spade_jax.selfplay import prompts
 
@@ -29,6 +29,8 @@ def test_ablations_and_variants_change_the_prompt():
   for scaffold in (prompts.SCAFFOLD, prompts.SCAFFOLD_TOOLS):  # the contract's shape, oracle
     assert validate.static_check(scaffold).valid and "def oracle_actions(self)" in scaffold
   assert "isinstance(action, str)" in prompts.SCAFFOLD_TOOLS  # calls arrive as dicts
+  prefix = contract.INSTRUCTION_PREFIX  # the user instructions the `instructions` guard counts
+  assert f'"{prefix}"' in tools and f'return "{prefix} <the user' in prompts.SCAFFOLD_TOOLS
   ema = prompts.designer_system_prompt("games", "ema_learning_potential")
   assert "learning potential" in ema and "hint-based regret" not in ema
 
