@@ -21,6 +21,8 @@ carry in their module, class, function and method docstrings is cut into passage
 
 The result comes in a fixed order and is cached as JSONL on first build, keyed by the package
 versions and the build settings, so later loads only read the file (no jax, no scipy import).
+The cache file starts with a header holding the document count and a checksum: a damaged
+file is rebuilt with a warning, and builders write it atomically (see `_write_cache`).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import pathlib
 import pkgutil
 import platform
 import re
+import socket
 import types
 import warnings
 from collections.abc import Iterator
@@ -81,7 +84,7 @@ DROPPED_SECTIONS = frozenset({
     "returns", "return", "yields", "raises", "warns", "attributes", "methods", "see also",
     "references", "reference", "footnotes", "index", "contents", "functions", "classes",
     "options", "keywords", "members", "array api standard support"})
-_FORMAT_VERSION = 2  # bump when a cleaning or cutting rule changes: it keys the cache
+_FORMAT_VERSION = 3  # bump when a cleaning or cutting rule or the file changes: it keys the cache
 # Submodules that hold tests, build tools or typing stubs, not mathematics.
 _SKIPPED_PARTS = ("tests", "testing", "benchmarks", "conftest", "setup", "f2py", "distutils",
                   "typing", "ctypeslib", "matlib", "compat", "doc")
@@ -326,18 +329,62 @@ def cache_path(cache: str | os.PathLike[str] | None = None) -> pathlib.Path:
 def load_corpus(cache: str | os.PathLike[str] | None = None) -> list[dict[str, str]]:
   """The corpus as [{id, source, module, text}], built and cached on first use.
 
+  A cache file that fails its check (truncated, edited, not ours) is reported with a
+  warning naming it and rebuilt, never used.
+
   Args:
     cache: directory of the JSONL cache; defaults to `cache_dir()`.
   """
   path = cache_path(cache)
   if path.exists():
-    with path.open(encoding="utf-8") as f:
-      return [json.loads(line) for line in f]
+    docs, damage = _read_cache(path)
+    if damage is None:
+      return docs
+    warnings.warn(f"the corpus cache {path} is damaged ({damage}); rebuilding it", stacklevel=2)
   docs = build_corpus()
-  path.parent.mkdir(parents=True, exist_ok=True)
-  tmp = path.with_suffix(f".tmp{os.getpid()}")
-  with tmp.open("w", encoding="utf-8") as f:
-    for doc in docs:
-      f.write(json.dumps(doc, ensure_ascii=False) + "\n")
-  os.replace(tmp, path)  # atomic: concurrent builders never see a partial file
+  _write_cache(path, docs)
   return docs
+
+
+# The cache file: a header line {"corpus": _CACHE_TAG, "documents": N, "sha256": ...} whose
+# digest covers the N JSON lines that follow.
+_CACHE_TAG = "spade_jax science corpus"
+
+
+def _read_cache(path: pathlib.Path) -> tuple[list[dict[str, str]], str | None]:
+  """(documents, None), or ([], what is wrong with the file)."""
+  head, _, body = path.read_bytes().partition(b"\n")
+  try:
+    header = json.loads(head)
+    if not (isinstance(header, dict) and header.get("corpus") == _CACHE_TAG):
+      return [], "its first line is not the corpus header"
+    if hashlib.sha256(body).hexdigest() != header.get("sha256"):
+      return [], (f"its {len(body)} bytes of documents do not match the header's checksum: "
+                  "truncated or altered")
+    docs = [json.loads(line) for line in body.decode("utf-8").splitlines()]
+  except ValueError as exc:  # JSON and UTF-8 decoding errors
+    return [], f"unreadable: {exc}"
+  if len(docs) != header.get("documents"):
+    return [], f"{len(docs)} documents, its header says {header.get('documents')}"
+  return docs, None
+
+
+def _write_cache(path: pathlib.Path, docs: list[dict[str, str]]) -> None:
+  """Writes the cache atomically: a temporary file of this host and process, then a rename.
+
+  Processes building at once (the processes of a multi-process run, hosts sharing a home
+  directory) each write their own temporary file, so a reader sees a whole file or none.
+  """
+  body = "".join(json.dumps(doc, ensure_ascii=False) + "\n" for doc in docs).encode("utf-8")
+  header = {"corpus": _CACHE_TAG, "documents": len(docs),
+            "sha256": hashlib.sha256(body).hexdigest()}
+  path.parent.mkdir(parents=True, exist_ok=True)
+  tmp = path.with_name(f".{path.name}.{socket.gethostname()}.{os.getpid()}.tmp")
+  try:
+    with tmp.open("wb") as f:
+      f.write(json.dumps(header).encode() + b"\n" + body)
+      f.flush()
+      os.fsync(f.fileno())  # the data is on disk before the name points at it
+    os.replace(tmp, path)
+  finally:
+    tmp.unlink(missing_ok=True)

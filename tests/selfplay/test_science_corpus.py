@@ -142,7 +142,9 @@ def test_real_build_has_15k_clean_unique_tagged_passages(built):
   assert all(science_corpus.MIN_PASSAGE_CHARS <= len(b) <= science_corpus.MAX_PASSAGE_CHARS
              for b in body)
   (path,) = cache.glob("science-*.jsonl")
-  assert [json.loads(line) for line in path.read_text().splitlines()] == docs
+  header, *lines = path.read_text().splitlines()
+  assert json.loads(header)["documents"] == len(docs)
+  assert [json.loads(line) for line in lines] == docs
 
 
 def test_cached_stats_command_is_fast_and_jax_free(built):
