@@ -167,7 +167,7 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
   start, pool = time.monotonic(), None
   try:
     while len(envs) < count:
-      batch = list(itertools.islice(stream, BATCH))
+      batch = list(itertools.islice(stream, min(BATCH, count - len(envs))))
       if not batch:
         break
       reused = [e for e in batch if e.uid in stored]
@@ -180,7 +180,7 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
         pool = SandboxPool(num_workers=num_workers, require_oracle=True)
       valid = {e.uid for e in _validate(pool, fresh, rejected)} if fresh else set()
       validated += len(fresh)
-      kept = [e for e in batch if e.uid in stored or e.uid in valid][:count - len(envs)]
+      kept = [e for e in batch if e.uid in stored or e.uid in valid]
       append_env_set(out_path, [e for e in kept if e.uid not in stored])
       envs += kept
       if progress:
