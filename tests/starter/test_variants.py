@@ -3,6 +3,8 @@
 import collections
 import itertools
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -98,3 +100,9 @@ def test_a_damaged_line_inside_the_file_is_an_error(tmp_path):
   path.write_text(lines[0] + json.dumps(row) + "\n" + lines[2])
   with pytest.raises(ValueError, match="line 2 is damaged: its sha256 does not match"):
     variants.load_env_set(path)
+
+
+def test_the_variant_modules_import_neither_jax_nor_the_model():
+  code = ("import sys, spade_jax.starter.variants; "
+          "assert not [m for m in sys.modules if m == 'jax' or m.startswith('spade_jax.model')]")
+  subprocess.run([sys.executable, "-c", code], check=True)
