@@ -22,6 +22,7 @@ from collections.abc import Hashable, Sequence
 
 from spade_jax.engine.fake import FakeEngine
 from spade_jax.envs.library import load_seed_library
+from spade_jax.sandbox.contract import ORACLE_MIN_RETURN
 from spade_jax.selfplay import corpus, designer, replies
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
@@ -35,6 +36,7 @@ from spade_jax.starter.variants import VariantEnv
 log = logging.getLogger(__name__)
 ARMS = ("no_hint", "hint")
 IMPERFECT_TRIES = 3  # corruptions tried per imperfect episode before it is given up
+CHUNK = 64  # episodes live in the sandbox at once
 
 __all__ = ["SFTExample", "agent_examples", "designer_examples", "heldout_passages",
            "train_passages"]
@@ -123,10 +125,15 @@ def oracle_plans(pool, episodes: Sequence[tuple[Hashable, str, int]]) -> dict[Ha
   An episode whose reset or oracle call fails is left out (with a warning).
   """
   keys = [("oracle", key) for key, _, _ in episodes]
-  resets = pool.reset([(k, source, s) for k, (_, source, s) in zip(keys, episodes, strict=True)])
-  live = [k for k, r in zip(keys, resets, strict=True) if r.error_kind is None and not r.done]
-  answers = dict(zip(live, pool.oracle_actions(live), strict=True))
-  pool.close_episodes(live)
+  resets, answers = [], {}
+  for at in range(0, len(episodes), CHUNK):
+    chunk = list(zip(keys[at:at + CHUNK], episodes[at:at + CHUNK], strict=True))
+    records = pool.reset([(k, source, s) for k, (_, source, s) in chunk])
+    live = [k for (k, _), r in zip(chunk, records, strict=True)
+            if r.error_kind is None and not r.done]
+    answers.update(zip(live, pool.oracle_actions(live), strict=True))
+    pool.close_episodes(live)
+    resets += records
   plans = {}
   for k, reset in zip(keys, resets, strict=True):
     got = answers.get(k)
@@ -168,10 +175,12 @@ def _play(pool, tokenizer, settings: SelfPlaySettings, specs: list[EpisodeSpec],
     return tokenizer.encode(text) + [tokenizer.eos_id]
 
   params = dataclasses.replace(settings.agent_sampling, stop_token_ids=tuple(tokenizer.stop_ids))
-  engine = FakeEngine(reply_fn, num_slots=max(1, len(specs)), steps_per_poll=1 << 20,
+  engine = FakeEngine(reply_fn, num_slots=CHUNK, steps_per_poll=1 << 20,
                       max_cache_len=settings.max_cache_len)
   run = EpisodeSettings(settings.action_format, params, settings.max_prompt_tokens(params))
-  return play_episodes(engine, pool, ChatFormatter(tokenizer), specs, run, Timings())
+  return [ep for at in range(0, len(specs), CHUNK)
+          for ep in play_episodes(engine, pool, ChatFormatter(tokenizer), specs[at:at + CHUNK],
+                                  run, Timings())]
 
 
 def _spec(env: VariantEnv, arm: str, kind: str, seed: int, n_actions: int,
@@ -205,11 +214,18 @@ def agent_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlaySett
   oracle_specs = [dataclasses.replace(s, max_turns=max(1, min(settings.max_turns,
                                                               len(plans[s.key]))))
                   for s in oracle_specs if s.key in plans]
-  out, best = [], {}
+  out, best, short = [], {}, []
   for ep in _play(pool, tokenizer, settings, oracle_specs, plans):
-    if not ep.dropped and ep.error_kind is None:
-      best[ep.spec.env_uid, ep.spec.arm] = ep.episode_return
-      out.append(_example(ep, by_uid[ep.spec.env_uid], "oracle", plans[ep.spec.key]))
+    if ep.dropped or ep.error_kind is not None:
+      continue
+    if ep.episode_return < ORACLE_MIN_RETURN:  # e.g. a plan longer than selfplay.max_turns
+      short.append(ep.spec.env_uid)
+      continue
+    best[ep.spec.env_uid, ep.spec.arm] = ep.episode_return
+    out.append(_example(ep, by_uid[ep.spec.env_uid], "oracle", plans[ep.spec.key]))
+  if short:
+    log.warning("left out %d oracle episodes that fell short of the full return within "
+                "selfplay.max_turns=%d: %s", len(short), settings.max_turns, short[:8])
   rng = derive_rng(seed, "starter-imperfect")
   chosen = sorted(best)
   picks = rng.choice(len(chosen), size=min(len(chosen), round(imperfect_share * len(chosen))),

@@ -88,7 +88,8 @@ def test_designer_targets_that_the_loop_would_cut_are_left_out(tokenizer, envs):
   limit = sorted(sizes)[1]
   short = dataclasses.replace(SETTINGS, designer_sampling=SamplingParams(max_new_tokens=limit))
   kept = sft_data.designer_examples(envs, tokenizer, short)
-  assert [ex.meta["uid"] for ex in kept] == [e.uid for e, n in zip(envs, sizes) if n <= limit]
+  fits = [e.uid for e, n in zip(envs, sizes, strict=True) if n <= limit]
+  assert [ex.meta["uid"] for ex in kept] == fits
   assert 0 < len(kept) < len(envs)
 
 
