@@ -106,7 +106,7 @@ def base_config() -> ConfigDict:
   c.corpus.paths = ()  # files / globs (text, JSONL, Parquet); () = built-in science corpus
   c.corpus.format = "auto"  # "auto" (by suffix), "text", "jsonl" or "parquet"
   c.corpus.text_field = "text"  # JSONL key / Parquet column holding the document
-  c.corpus.max_chars = 2000  # passages are cut to this many characters
+  c.corpus.max_chars = corpus.DEFAULT_MAX_CHARS  # passages are cut to this many characters
   c.corpus.seed = 0  # shuffle seed (reshuffled every epoch)
   c.metrics = ConfigDict()
   # A local sentence-transformers model directory for a second Vendi/n ("" = off).

@@ -38,6 +38,15 @@ class EnvStep:
 
 
 @dataclasses.dataclass(frozen=True)
+class OracleActions:
+  """What a live episode's oracle_actions() returned: its actions, or the error instead."""
+
+  actions: list | None  # strs and tool calls {"name", "arguments"}; None when it failed
+  error_kind: str | None = None  # one of ERROR_KINDS when it failed
+  error_detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class ValidationResult:
   valid: bool
   reason: str | None = None  # names the rule and, where there is one, the line

@@ -146,3 +146,16 @@ def tools(value: Any) -> list | None:
     except schema.BadSchema as exc:
       raise BadOutput(str(exc)) from None
   return value
+
+
+def oracle_actions(value: Any) -> list:
+  """The actions of an oracle_actions() reply: a list of strs and tool-call dicts."""
+  if not isinstance(value, list):
+    raise BadOutput(f"oracle_actions() must return a list, got {type(value).__name__}")
+  for action in value:
+    call = isinstance(action, dict) and set(action) == {"name", "arguments"}
+    if not (isinstance(action, str) or (call and isinstance(action["name"], str)
+                                        and isinstance(action["arguments"], dict))):
+      raise BadOutput(f"oracle_actions() returned {str(action)[:80]!r}, which is neither a str "
+                      'action nor a tool call {"name": str, "arguments": dict}')
+  return value

@@ -21,7 +21,7 @@ import time
 from collections.abc import Hashable, Sequence
 
 from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, probe, validate
-from spade_jax.sandbox.api import EnvStep, ValidationResult
+from spade_jax.sandbox.api import EnvStep, OracleActions, ValidationResult
 from spade_jax.sandbox.worker_handle import ACK_TIMEOUT_S, WorkerError, WorkerHandle
 
 log = logging.getLogger(__name__)
@@ -278,6 +278,33 @@ class SandboxPool:
         ended.append(episode_id)
     self.close_episodes(ended)
     return records
+
+  def oracle_actions(self, episode_ids: Sequence[Hashable]) -> list[OracleActions]:
+    """oracle_actions() of live episodes (call it right after their reset), batched.
+
+    The episodes stay live; one whose call fails (or that is not live) gets the error.
+    """
+    out: list[OracleActions | None] = [None] * len(episode_ids)
+    items, seen = [], set()
+    for i, episode_id in enumerate(episode_ids):
+      if episode_id in self._live and episode_id not in seen:
+        seen.add(episode_id)
+        items.append((i, self._live[episode_id], b'{"op": "oracle"}'))
+      else:
+        out[i] = OracleActions(None, "infra", f"episode {episode_id!r} is not live (or repeated)")
+    replies = self._exchange(items, self.step_timeout_s, contract.MAX_MESSAGE_BYTES)
+
+    def on_reply(msg: dict) -> OracleActions:
+      if "err" in msg:
+        record = coerce.env_error(msg)
+        return OracleActions(None, record.error_kind, record.error_detail)
+      return OracleActions(coerce.oracle_actions(msg["ok"]))
+
+    for i, proc, _ in items:
+      result = self._record(*replies[i], proc, self.step_timeout_s, on_reply)
+      out[i] = result if isinstance(result, OracleActions) else OracleActions(
+          None, result.error_kind, result.error_detail)
+    return out
 
   def close_episodes(self, episode_ids: Sequence[Hashable]) -> None:
     procs = []

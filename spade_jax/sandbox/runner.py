@@ -115,6 +115,20 @@ class EnvInstance:
       return encode(error("exception", "step before a successful reset"), 1024)
     return self._finish(call(self.env, "step", action))
 
+  def oracle(self) -> bytes:
+    """{"ok": the actions oracle_actions() returns now}, or why there are none (an error)."""
+    if self.env is None:
+      return encode(error("exception", "oracle_actions before a successful reset"), 1024)
+    run = {}
+    actions = _oracle_actions(self.env, run)
+    outcome = run["oracle"]
+    if "err" in outcome:
+      return encode(outcome, 1024)
+    if outcome["type"] not in ("list", "tuple") or "bad" in outcome:
+      detail = outcome.get("bad", f"a {outcome['type']}, not a list")
+      return encode(error("bad_output", f"oracle_actions() returned {detail}"), 1024)
+    return encode({"ok": actions}, self.limits["max_msg_bytes"])
+
 
 def validation_run(source: str, class_name: str, plan: dict, limits: dict) -> bytes:
   """Plays the validator's plan and returns every raw result with its duration.

@@ -101,6 +101,8 @@ def episode_loop(runner, req: int, resp: int, limits: dict) -> None:
       reply = episode.reset(msg["seed"])
     elif msg["op"] == "step":
       reply = episode.step(msg["action"])
+    elif msg["op"] == "oracle":
+      reply = episode.oracle()
     else:
       reply = runner.validation_run(msg["source"], msg["class"], msg["plan"], limits)
     write_frame(resp, reply)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -52,6 +53,15 @@ class Passage:
   doc_id: str  # "<file>:<index>" or the built-in corpus id, e.g. "sympy.ntheory.totient#0"
   text: str  # truncated to corpus.max_chars
   origin: str = "the corpus"  # where it comes from, as the designer prompt names it
+
+
+DEFAULT_MAX_CHARS = 2000  # config.corpus.max_chars' default
+
+
+def passage_of(document: tuple[str, str, str], max_chars: int = DEFAULT_MAX_CHARS) -> Passage:
+  """What the designer sees of one (doc_id, text, origin) document: its text cut to max_chars."""
+  doc_id, text, origin = document
+  return Passage(doc_id=doc_id, text=text[:max_chars], origin=origin)
 
 
 def expand_paths(paths: str | Sequence[str]) -> list[str]:
@@ -138,7 +148,7 @@ class Corpus:
   """An endless, per-host shuffled stream of passages with a checkpointable position."""
 
   def __init__(self, documents: Sequence[tuple[str, str, str]], *, seed: int = 0,
-               max_chars: int = 2000, shard_index: int = 0, shard_count: int = 1):
+               max_chars: int = DEFAULT_MAX_CHARS, shard_index: int = 0, shard_count: int = 1):
     if not 0 <= shard_index < shard_count:
       raise ValueError(f"shard_index={shard_index} must be in [0, shard_count={shard_count})")
     if len(documents) < shard_count:
@@ -153,7 +163,7 @@ class Corpus:
     self.shard_size = len(shard)
     dataset = (shard.shuffle(seed=seed)
                .repeat()
-               .map(lambda d: Passage(doc_id=d[0], text=d[1][:max_chars], origin=d[2])))
+               .map(functools.partial(passage_of, max_chars=max_chars)))
     # In-memory documents, a few passages per refresh: no prefetch threads.
     no_prefetch = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
     self._iter = iter(dataset.to_iter_dataset(no_prefetch))

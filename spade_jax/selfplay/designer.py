@@ -91,6 +91,13 @@ def parse_designer_output(text: str, finish_reason: str = "stop") -> ParsedOutpu
   return ParsedOutput(source=source, hint=hints[0].strip())
 
 
+def format_designer_output(source: str, hint: str) -> str:
+  """A designer reply that `parse_designer_output` reads back as (source, hint): the output
+  format the designer prompt asks for (one python block, then the <hint>)."""
+  body = source.strip("\n")
+  return f"```python\n{body}\n```\n\n<hint>{hint.strip()}</hint>"
+
+
 @dataclasses.dataclass(frozen=True)
 class DesignRequest:
   """One designer prompt: the category to target and its grounding."""

@@ -92,6 +92,11 @@ def action_format_example(action_format: str) -> str:
   return action_format.replace("{}", "YOUR ACTION")
 
 
+def format_action(action_format: str, action: str) -> str:
+  """The reply that carries `action` in the action format (what `extract_action` reads)."""
+  return action_format.replace("{}", action)
+
+
 def extract_action(text: str, action_format: str) -> str | None:
   """The stripped text inside the last match of `action_format`, None if there is none."""
   prefix, suffix = action_format.split("{}")

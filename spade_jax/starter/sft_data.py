@@ -1,0 +1,262 @@
+"""Supervised examples of both roles, in exactly the token sequences the self-play loop makes.
+
+Designer: the loop's own request (`designer.DesignRequest`: target category, a training
+passage cut as the corpus cuts it, a memory sample drawn as the loop draws it) rendered by
+`designer.fitted_prompt`; the target is the environment as `designer.format_designer_output`
+writes it, checked to parse back to the same source and hint with the loop's parser, then
+the end-of-turn token the engine stops on.
+
+Agent: each environment is reset in the sandbox pool, its `oracle_actions()` read there
+(`SandboxPool.oracle_actions`), and the actions played as scripted replies in the action
+format through the loop's episode runner (`episodes.play_episodes`, with a `FakeEngine` in
+place of the model): prompts, observation turns and the loss mask (1 on replies only) are
+the loop's, for both arms. A share of imperfect episodes (one action corrupted, or the last
+one left out) comes with them; every return is the sandbox's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Hashable, Sequence
+
+from spade_jax.engine.fake import FakeEngine
+from spade_jax.envs.library import load_seed_library
+from spade_jax.sandbox.contract import ORACLE_MIN_RETURN
+from spade_jax.selfplay import corpus, designer, replies
+from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
+from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
+from spade_jax.selfplay.seeding import derive_rng, derive_seed
+from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.timing import Timings
+from spade_jax.starter.passages import heldout_passages, split_documents, train_passages
+from spade_jax.starter.variants import VariantEnv
+
+log = logging.getLogger(__name__)
+ARMS = ("no_hint", "hint")
+IMPERFECT_TRIES = 3  # corruptions tried per imperfect episode before it is given up
+CHUNK = 64  # episodes live in the sandbox at once
+
+__all__ = ["SFTExample", "agent_examples", "designer_examples", "heldout_passages",
+           "train_passages"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SFTExample:
+  tokens: list[int]  # the whole token sequence (chat-formatted)
+  loss_mask: list[int]  # 1 on target tokens (what the model must learn to emit), else 0
+  role: str  # "designer" | "agent"
+  meta: dict  # uid, base, category; designer: passage_id, memory; agent: arm, kind, return
+
+
+def _memory(envs: Sequence[VariantEnv], settings: SelfPlaySettings) -> EnvMemory:
+  """The train-split seeds (as the loop's library) plus the set's variants as designed ones."""
+  seeds = load_seed_library(kind=settings.setting, categories=settings.skills, split="train")
+  entries = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
+             for s in seeds]
+  entries += [MemoryEntry(e.uid, e.source, e.hint, e.category, "designed", -1) for e in envs]
+  return EnvMemory(max(settings.memory_capacity, len(entries)), entries)
+
+
+def design_request(env: VariantEnv, j: int, memory: EnvMemory, documents: Sequence,
+                   settings: SelfPlaySettings, seed: int, max_chars: int
+                   ) -> designer.DesignRequest:
+  """The j-th designer request whose answer is `env`: a passage and a memory sample."""
+  passage = None
+  if settings.use_corpus:
+    pick = int(derive_rng(seed, "starter-passage", env.uid, j).integers(len(documents)))
+    passage = corpus.passage_of(documents[pick], max_chars)
+  views = ()
+  if settings.use_memory and settings.memory_sample_size:
+    rng = derive_rng(seed, "starter-memory", env.uid, j)
+    views = tuple(m.view() for m in memory.sample(settings.memory_sample_size, rng,
+                                                  categories=[env.category], exclude=[env.uid]))
+  return designer.DesignRequest(j, env.category, passage and passage.doc_id,
+                                passage and passage.text, views, passage and passage.origin)
+
+
+def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlaySettings, *,
+                      seed: int = 0, per_env: int = 1,
+                      max_chars: int = corpus.DEFAULT_MAX_CHARS) -> list[SFTExample]:
+  """per_env examples per environment; max_chars is config.corpus.max_chars.
+
+  An example whose target is longer than sampling.designer.max_new_tokens (the loop would
+  cut it) is left out, with one warning for all of them.
+  """
+  formatter = ChatFormatter(tokenizer)
+  documents = split_documents()[0]
+  memory = _memory(envs, settings)
+  limit = settings.max_prompt_tokens(settings.designer_sampling)
+  out, too_long = [], 0
+  for env in envs:
+    target = tokenizer.encode(designer.format_designer_output(env.source, env.hint))
+    parsed = designer.parse_designer_output(tokenizer.decode(target))
+    if (parsed.source, parsed.hint) != (env.source, env.hint.strip()):
+      raise ValueError(f"{env.uid}: the designer target does not parse back to its source and "
+                       f"hint through this tokenizer ({parsed.error or 'text differs'})")
+    target.append(tokenizer.eos_id)
+    if len(target) > settings.designer_sampling.max_new_tokens:
+      too_long += per_env
+      continue
+    for j in range(per_env):
+      req = design_request(env, j, memory, documents, settings, seed, max_chars)
+      prompt = designer.fitted_prompt(formatter, req, settings.setting, limit,
+                                      settings.designer_reward)
+      out.append(SFTExample(prompt + target, [0] * len(prompt) + [1] * len(target), "designer",
+                            {"uid": env.uid, "base": env.base, "category": env.category,
+                             "passage_id": req.passage_id,
+                             "memory": [_memory_uid(memory, v) for v in req.memory],
+                             "prompt_tokens": len(prompt)}))
+  if too_long:
+    log.warning("left out %d designer examples whose target exceeds sampling.designer."
+                "max_new_tokens=%d", too_long, settings.designer_sampling.max_new_tokens)
+  return out
+
+
+def _memory_uid(memory: EnvMemory, view) -> str:
+  return next(e.uid for e in memory.entries if e.view() == view)
+
+
+# ------------------------------------------------------------------------------ agent
+def oracle_plans(pool, episodes: Sequence[tuple[Hashable, str, int]]) -> dict[Hashable, list]:
+  """key -> the oracle_actions() of (key, source, reset seed), read in the sandbox.
+
+  An episode whose reset or oracle call fails is left out (with a warning).
+  """
+  keys = [("oracle", key) for key, _, _ in episodes]
+  resets, answers = [], {}
+  for at in range(0, len(episodes), CHUNK):
+    chunk = list(zip(keys[at:at + CHUNK], episodes[at:at + CHUNK], strict=True))
+    records = pool.reset([(k, source, s) for k, (_, source, s) in chunk])
+    live = [k for (k, _), r in zip(chunk, records, strict=True)
+            if r.error_kind is None and not r.done]
+    answers.update(zip(live, pool.oracle_actions(live), strict=True))
+    pool.close_episodes(live)
+    resets += records
+  plans = {}
+  for k, reset in zip(keys, resets, strict=True):
+    got = answers.get(k)
+    if got is None or got.actions is None or not got.actions:
+      why = reset.error_detail if got is None else got.error_detail or "no actions"
+      log.warning("no oracle plan for %r: %s", k[1], why)
+      continue
+    plans[k[1]] = list(got.actions)
+  return plans
+
+
+def corrupt(actions: list[str], attempt: int, rng) -> list[str]:
+  """An imperfect plan: one action with a digit changed (or cut short), or the last dropped."""
+  if attempt == IMPERFECT_TRIES - 1 and len(actions) > 1:
+    return actions[:-1]
+  at = int(rng.integers(len(actions)))
+  action = actions[at]
+  digits = [i for i, ch in enumerate(action) if ch.isdigit()]
+  if digits:
+    i = digits[int(rng.integers(len(digits)))]
+    new = str((int(action[i]) + 1 + int(rng.integers(8))) % 10)
+    action = action[:i] + new + action[i + 1:]
+  else:
+    words = action.split()
+    action = " ".join(words[:-1]) if len(words) > 1 else action[::-1] + "?"
+  return actions[:at] + [action] + actions[at + 1:]
+
+
+def _play(pool, tokenizer, settings: SelfPlaySettings, specs: list[EpisodeSpec],
+          plans: dict[Hashable, list]) -> list:
+  """Plays each spec with its plan as the scripted replies, through the loop's runner."""
+  turn: dict[Hashable, int] = {}
+
+  def reply_fn(cid, history, params):
+    key = cid[1]
+    n = turn.get(key, 0)
+    turn[key] = n + 1
+    text = replies.format_action(settings.action_format, plans[key][n])
+    return tokenizer.encode(text) + [tokenizer.eos_id]
+
+  params = dataclasses.replace(settings.agent_sampling, stop_token_ids=tuple(tokenizer.stop_ids))
+  engine = FakeEngine(reply_fn, num_slots=CHUNK, steps_per_poll=1 << 20,
+                      max_cache_len=settings.max_cache_len)
+  run = EpisodeSettings(settings.action_format, params, settings.max_prompt_tokens(params))
+  return [ep for at in range(0, len(specs), CHUNK)
+          for ep in play_episodes(engine, pool, ChatFormatter(tokenizer), specs[at:at + CHUNK],
+                                  run, Timings())]
+
+
+def _spec(env: VariantEnv, arm: str, kind: str, seed: int, n_actions: int,
+          settings: SelfPlaySettings) -> EpisodeSpec:
+  reset = derive_seed(seed, "starter-reset", kind, env.uid, arm)
+  return EpisodeSpec((kind, env.uid, arm), env.uid, arm, env.source,
+                     env.hint if arm == "hint" else None, reset, 0,
+                     max(1, min(settings.max_turns, n_actions)))
+
+
+def _example(ep, env: VariantEnv, kind: str, actions: list) -> SFTExample:
+  return SFTExample(list(ep.tokens), list(ep.loss_mask), "agent",
+                    {"uid": env.uid, "base": env.base, "category": env.category,
+                     "arm": ep.spec.arm, "kind": kind, "return": ep.episode_return,
+                     "turns": ep.turns, "reset_seed": ep.spec.seed, "actions": list(actions)})
+
+
+def agent_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlaySettings, pool, *,
+                   seed: int = 0, imperfect_share: float = 0.25) -> list[SFTExample]:
+  """Oracle episodes of every environment in both arms, plus imperfect ones (module doc).
+
+  imperfect_share: imperfect episodes per oracle episode; each is kept only once its
+  sandbox return is below the oracle episode's (up to IMPERFECT_TRIES corruptions).
+  meta["return"] is the episode's return in the sandbox.
+  """
+  if settings.setting != "games":
+    raise ValueError(f"agent examples are for the games setting, not {settings.setting!r}")
+  by_uid = {e.uid: e for e in envs}
+  oracle_specs = [_spec(e, arm, "oracle", seed, 0, settings) for e in envs for arm in ARMS]
+  plans = oracle_plans(pool, [(s.key, s.source, s.seed) for s in oracle_specs])
+  oracle_specs = [dataclasses.replace(s, max_turns=max(1, min(settings.max_turns,
+                                                              len(plans[s.key]))))
+                  for s in oracle_specs if s.key in plans]
+  out, best, short = [], {}, []
+  for ep in _play(pool, tokenizer, settings, oracle_specs, plans):
+    if ep.dropped or ep.error_kind is not None:
+      continue
+    if ep.episode_return < ORACLE_MIN_RETURN:  # e.g. a plan longer than selfplay.max_turns
+      short.append(ep.spec.env_uid)
+      continue
+    best[ep.spec.env_uid, ep.spec.arm] = ep.episode_return
+    out.append(_example(ep, by_uid[ep.spec.env_uid], "oracle", plans[ep.spec.key]))
+  if short:
+    log.warning("left out %d oracle episodes that fell short of the full return within "
+                "selfplay.max_turns=%d: %s", len(short), settings.max_turns, short[:8])
+  rng = derive_rng(seed, "starter-imperfect")
+  chosen = sorted(best)
+  picks = rng.choice(len(chosen), size=min(len(chosen), round(imperfect_share * len(chosen))),
+                     replace=False)
+  todo = [chosen[i] for i in sorted(picks)]
+  imperfect = _imperfect(pool, tokenizer, settings, by_uid, todo, best, seed)
+  return out + imperfect
+
+
+def _imperfect(pool, tokenizer, settings, by_uid, todo, best, seed) -> list[SFTExample]:
+  """Imperfect episodes of (uid, arm) pairs: corrupted oracle plans, kept when worse."""
+  out = []
+  for attempt in range(IMPERFECT_TRIES):
+    if not todo:
+      break
+    specs = [_spec(by_uid[uid], arm, "imperfect", seed, 0, settings) for uid, arm in todo]
+    plans = oracle_plans(pool, [(s.key, s.source, s.seed) for s in specs])
+    for s in specs:
+      if s.key in plans:
+        plans[s.key] = corrupt(plans[s.key], attempt, derive_rng(seed, "corrupt", *s.key[1:],
+                                                                  attempt))
+    specs = [dataclasses.replace(s, max_turns=max(1, min(settings.max_turns, len(plans[s.key]))))
+             for s in specs if s.key in plans]
+    left = []
+    for ep in _play(pool, tokenizer, settings, specs, plans):
+      pair = (ep.spec.env_uid, ep.spec.arm)
+      if ep.dropped or ep.error_kind is not None:
+        continue
+      if ep.episode_return < best[pair]:
+        out.append(_example(ep, by_uid[pair[0]], "imperfect", plans[ep.spec.key]))
+      else:
+        left.append(pair)
+    todo = left
+  return out

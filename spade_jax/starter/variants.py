@@ -1,0 +1,227 @@
+"""Environment variants of the train-split seed games, each passed by the real validator.
+
+A variant is a source transformation of one seed game (never a held-out one): the knobs of
+`variant_tables` (constants, ranges, sizes, names, reward tiers, small rules, with the hint
+edits they need), another class name, a longer turn limit, reworded messages and a pinned
+difficulty level (`envs.difficulty.at_level`). Candidate `index` of a seed draws one
+alternative per knob from a generator seeded by (seed, game, index), so the stream is
+deterministic; a candidate that normalises to a source seen before is skipped.
+
+`build_env_set` walks the stream round-robin over the seeds, validates candidates in
+batches through `SandboxPool(require_oracle=True)` (every guard on), and appends the valid
+ones to a JSONL file (env_set.py); a rerun reads the file and goes on, so the set is always
+the first `count` valid candidates of the stream. Run it once:
+
+  python -m spade_jax.starter.variants --out /tmp/envset.jsonl --count 320
+
+Plain Python: this module never imports jax or the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import collections
+import itertools
+import json
+import os
+import random
+import re
+import sys
+import time
+from collections.abc import Iterator
+
+from spade_jax.envs.difficulty import at_level, declared_levels
+from spade_jax.envs.library import HELDOUT_GAMES, SeedEnv, load_seed_library
+from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.starter import variant_tables as tables
+from spade_jax.starter.env_set import VariantEnv, append_env_set, read_env_set
+
+MAX_INDEX = 400  # candidates per seed game before the stream gives up on it
+BATCH = 16  # candidates per validation call
+RETRIED_RULES = ("time", "infra")  # a load-dependent rejection is validated once more
+_MAX_TURNS = re.compile(r"^(\s+max_turns = )(\d+)$", re.MULTILINE)
+
+__all__ = ["VariantEnv", "build_env_set", "candidates", "load_env_set", "normalise_source"]
+
+
+def normalise_source(source: str) -> str:
+  """The source without comments, docstrings and layout (`ast.unparse`), for copy detection.
+
+  Text that does not parse is compared with its whitespace collapsed.
+  """
+  try:
+    tree = ast.parse(source)
+  except (SyntaxError, ValueError):
+    return " ".join(source.split())
+  for node in ast.walk(tree):
+    body = getattr(node, "body", None)
+    if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)):
+      node.body = body[1:] or [ast.Pass()]
+  return ast.unparse(tree)
+
+
+def _edit(text: str, edits: tuple[tables.Edit, ...], where: str) -> str:
+  for old, new in edits:
+    if text.count(old) != 1:
+      raise ValueError(f"variant_tables: {where}: {old!r} occurs {text.count(old)} times, "
+                       "expected exactly once")
+    text = text.replace(old, new)
+  return text
+
+
+def _class_name(source: str) -> str:
+  return next(n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
+
+
+def candidate(seed_env: SeedEnv, index: int, seed: int = 0) -> VariantEnv:
+  """Candidate `index` of a seed game: one alternative per knob, drawn from (seed, game, index).
+
+  Every candidate changes at least one rule knob or the level, so none is the seed renamed.
+  """
+  name = seed_env.name
+  if name in HELDOUT_GAMES:
+    raise ValueError(f"{name!r} is a held-out game; variants come from the train split only")
+  rng = random.Random(f"{seed}/{name}/{index}")
+  knobs = tables.KNOBS[name]
+  picks = [rng.randrange(len(k) + 1) for k in knobs]
+  level = rng.randrange(declared_levels(seed_env.source) or 1)  # 0: the seed's own default
+  if not any(picks) and not level:
+    which = rng.randrange(len(knobs))
+    picks[which] = 1 + rng.randrange(len(knobs[which]))
+  source, hint = seed_env.source, seed_env.hint
+  for number, (alts, pick) in enumerate(zip(knobs, picks, strict=True)):
+    if pick:
+      alt = alts[pick - 1]
+      source = _edit(source, alt.source, f"{name} knob {number}")
+      hint = _edit(hint, alt.hint, f"{name} knob {number} (hint)")
+  old_class = _class_name(source)
+  new_class = rng.choice((old_class, *tables.CLASS_NAMES[name]))
+  source = re.sub(rf"\b{old_class}\b", new_class, source)
+  extra_turns = rng.choice((0, 0, 1, 2))
+  source = _MAX_TURNS.sub(lambda m: f"{m.group(1)}{int(m.group(2)) + extra_turns}", source,
+                          count=1)
+  for phrases in (tables.EPISODE_OVER, tables.CANNOT_PARSE):
+    source = source.replace(phrases[0], rng.choice(phrases))
+  if level:
+    source = at_level(source, level)
+  return VariantEnv(f"v/{name}/{index}", name, seed_env.category, source, hint)
+
+
+def train_seeds() -> list[SeedEnv]:
+  return load_seed_library(kind="games", split="train")
+
+
+def candidates(seed: int = 0) -> Iterator[VariantEnv]:
+  """The deterministic candidate stream: index 0 of every seed game, then index 1, ...
+
+  A candidate whose normalised source equals a seed's or an earlier candidate's is skipped.
+  """
+  seeds = train_seeds()
+  seen = {normalise_source(s.source) for s in seeds}
+  for index in range(MAX_INDEX):
+    for seed_env in seeds:
+      env = candidate(seed_env, index, seed)
+      key = normalise_source(env.source)
+      if key not in seen:
+        seen.add(key)
+        yield env
+
+
+def _rule(reason: str | None) -> str:
+  return (reason or "invalid").split(":", 1)[0].strip()
+
+
+def _validate(pool: SandboxPool, batch: list[VariantEnv], rejected: collections.Counter
+              ) -> list[VariantEnv]:
+  """The valid ones of `batch`, in order; load-dependent rejections are tried once more."""
+  verdicts = dict(zip((e.uid for e in batch), pool.validate([e.source for e in batch]),
+                      strict=True))
+  again = [e for e in batch if _rule(verdicts[e.uid].reason) in RETRIED_RULES]
+  if again:
+    verdicts.update(zip((e.uid for e in again), pool.validate([e.source for e in again]),
+                        strict=True))
+  for env in batch:
+    if not verdicts[env.uid].valid:
+      rejected[_rule(verdicts[env.uid].reason)] += 1
+  return [e for e in batch if verdicts[e.uid].valid]
+
+
+def load_env_set(path: str | os.PathLike) -> list[VariantEnv]:
+  """The set a build wrote (a damaged last line is dropped with a warning)."""
+  return read_env_set(path)
+
+
+def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 0,
+                  num_workers: int = 2, progress: bool = True,
+                  stats: dict | None = None) -> list[VariantEnv]:
+  """The first `count` valid candidates of the stream, written to and resumed from `out_path`.
+
+  stats, when given, is filled with {"validated", "reused", "rejected": {rule: n}}.
+  """
+  stored = {e.uid: e for e in read_env_set(out_path, repair=True)}
+  envs, rejected, validated = [], collections.Counter(), 0
+  stream = candidates(seed)
+  start, pool = time.monotonic(), None
+  try:
+    while len(envs) < count:
+      batch = list(itertools.islice(stream, min(BATCH, count - len(envs))))
+      if not batch:
+        break
+      reused = [e for e in batch if e.uid in stored]
+      for env in reused:
+        if stored[env.uid] != env:
+          raise ValueError(f"{out_path}: {env.uid} differs from this build's candidate (another "
+                           "seed or version of the tables): use a new --out")
+      fresh = [e for e in batch if e.uid not in stored]
+      if fresh and pool is None:
+        pool = SandboxPool(num_workers=num_workers, require_oracle=True)
+      valid = {e.uid for e in _validate(pool, fresh, rejected)} if fresh else set()
+      validated += len(fresh)
+      kept = [e for e in batch if e.uid in stored or e.uid in valid]
+      append_env_set(out_path, [e for e in kept if e.uid not in stored])
+      envs += kept
+      if progress:
+        _progress(len(envs), count, validated, rejected, time.monotonic() - start)
+  finally:
+    if pool is not None:
+      pool.close()
+  if progress:
+    print(file=sys.stderr)
+  if len(envs) < count:
+    raise RuntimeError(f"only {len(envs)} of {count} variants passed validation "
+                       f"(rejections: {dict(rejected)})")
+  if stats is not None:
+    stats.update(validated=validated, reused=len(stored), rejected=dict(rejected))
+  return envs
+
+
+def _progress(done: int, count: int, validated: int, rejected: collections.Counter,
+              elapsed: float) -> None:
+  eta = elapsed / max(validated, 1) * (count - done) if validated else 0.0
+  print(f"\r[env set] {done}/{count} valid, {validated} validated, "
+        f"{sum(rejected.values())} rejected, ETA {eta:.0f} s", end="", file=sys.stderr,
+        flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(prog="python -m spade_jax.starter.variants",
+                                   description=__doc__.split("\n\n")[0])
+  parser.add_argument("--out", required=True, help="JSONL file (resumed when it exists)")
+  parser.add_argument("--count", type=int, default=320)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--num-workers", type=int, default=2)
+  args = parser.parse_args(argv)
+  start, stats = time.monotonic(), {}
+  envs = build_env_set(args.out, count=args.count, seed=args.seed,
+                       num_workers=args.num_workers, stats=stats)
+  per_seed = collections.Counter(e.base for e in envs)
+  print(json.dumps({"out": args.out, "count": len(envs), "wall_s": round(time.monotonic() - start,
+                    2), "per_seed": dict(sorted(per_seed.items())), **stats}))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

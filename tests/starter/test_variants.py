@@ -1,0 +1,108 @@
+"""The starter environment set: distinct train-split variants, validated, deterministic."""
+
+import collections
+import itertools
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spade_jax.envs.library import HELDOUT_GAMES, load_seed_library
+from spade_jax.starter import env_set, variant_tables, variants
+
+
+@pytest.fixture(scope="module")
+def stream():
+  return list(itertools.islice(variants.candidates(0), 320))
+
+
+def test_the_stream_holds_300_distinct_variants_of_the_train_games_only(stream):
+  keys = [variants.normalise_source(e.source) for e in stream]
+  assert len(set(keys)) == len(stream) == 320
+  seeds = {variants.normalise_source(s.source) for s in load_seed_library(kind="games")}
+  assert not seeds & set(keys)  # no seed (train or held-out) is in the set, not even renamed
+  train = {s.name: s for s in load_seed_library(kind="games", split="train")}
+  per_game = collections.Counter(e.base for e in stream)
+  assert set(per_game) == set(train) and not set(per_game) & set(HELDOUT_GAMES)
+  assert min(per_game.values()) >= 17
+  for env in stream:
+    assert env.uid.startswith(f"v/{env.base}/") and env.category == train[env.base].category
+
+
+def test_variants_change_rules_not_only_layout(stream):
+  train = {s.name: s for s in load_seed_library(kind="games", split="train")}
+  env = stream[0]
+  seed = train[env.base]
+  assert variants.normalise_source(seed.source + "\n# a comment\n") == variants.normalise_source(
+      seed.source.replace('"""', '"""Other words. ', 1))  # comments and docstrings do not count
+  for env in stream:  # a renamed class, more turns or other messages alone make no variant
+    knob_edits = [new for knob in variant_tables.KNOBS[env.base] for alt in knob
+                  for _, new in alt.source]
+    pinned = ".difficulty = " in env.source.rstrip().splitlines()[-1]
+    assert pinned or any(new in env.source for new in knob_edits), env.uid
+  adapted = [e for e in stream if e.base == "pancakes" and "SIZE = 4" in e.source]
+  assert adapted and all("at most 5 flips" in e.hint for e in adapted)
+
+
+def test_the_stream_is_deterministic_per_seed(stream):
+  again = list(itertools.islice(variants.candidates(0), 40))
+  assert again == stream[:40]
+  other = list(itertools.islice(variants.candidates(1), 40))
+  assert [e.source for e in other] != [e.source for e in stream[:40]]
+
+
+def test_build_validates_writes_and_resumes_after_a_damaged_last_line(tmp_path, monkeypatch):
+  path = tmp_path / "set.jsonl"
+  stats = {}
+  first = variants.build_env_set(path, count=10, num_workers=1, progress=False, stats=stats)
+  assert [e.uid for e in first] == [e.uid for e in itertools.islice(variants.candidates(0), 10)]
+  assert stats == {"validated": 10, "reused": 0, "rejected": {}}
+  assert variants.load_env_set(path) == first
+  text = path.read_text()
+  path.write_text(text[:-40])  # a build killed while writing its last line
+  with pytest.warns(UserWarning, match="dropping the damaged last line 10"):
+    assert variants.load_env_set(path) == first[:9]
+  stats = {}
+  with pytest.warns(UserWarning, match="damaged last line"):
+    resumed = variants.build_env_set(path, count=12, num_workers=1, progress=False, stats=stats)
+  assert resumed[:10] == first and len(resumed) == 12
+  assert stats["reused"] == 9 and stats["validated"] == 3
+  assert variants.load_env_set(path) == resumed and path.read_text().count("\n") == 12
+
+
+def test_the_real_validator_keeps_broken_variants_out(tmp_path, monkeypatch):
+  good = list(itertools.islice(variants.candidates(0), 3))
+  sudoku = next(e for e in variants.candidates(0) if e.base == "minisudoku")
+  broken = [env_set.VariantEnv("v/minisudoku/9999", "minisudoku", "deduction",
+                               sudoku.source.replace("BLANKS = ", "BLANKS = 3 + "), sudoku.hint),
+            env_set.VariantEnv("v/mastermind/9999", "mastermind", "deduction",
+                               good[0].source.replace("map(str, self.code)",
+                                                      "map(str, self.code[::-1])"),
+                               good[0].hint)]
+  assert broken[1].source != good[0].source
+  monkeypatch.setattr(variants, "candidates", lambda seed: iter([good[0], *broken, *good[1:]]))
+  stats = {}
+  envs = variants.build_env_set(tmp_path / "s.jsonl", count=3, num_workers=1, progress=False,
+                                stats=stats)
+  assert envs == good
+  # 9 blanks and 8 turns: the oracle cannot finish; the reversed code: its oracle guesses wrong.
+  assert stats["rejected"] == {"oracle": 2}
+
+
+def test_a_damaged_line_inside_the_file_is_an_error(tmp_path):
+  envs = list(itertools.islice(variants.candidates(0), 3))
+  path = tmp_path / "set.jsonl"
+  env_set.append_env_set(path, envs)
+  lines = path.read_text().splitlines(keepends=True)
+  row = json.loads(lines[1])
+  row["hint"] = "edited"
+  path.write_text(lines[0] + json.dumps(row) + "\n" + lines[2])
+  with pytest.raises(ValueError, match="line 2 is damaged: its sha256 does not match"):
+    variants.load_env_set(path)
+
+
+def test_the_variant_modules_import_neither_jax_nor_the_model():
+  code = ("import sys, spade_jax.starter.variants; "
+          "assert not [m for m in sys.modules if m == 'jax' or m.startswith('spade_jax.model')]")
+  subprocess.run([sys.executable, "-c", code], check=True)
