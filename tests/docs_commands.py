@@ -15,8 +15,8 @@ Comments, redirections, leading `VAR=value` assignments and the loop words of `f
 ...; done` are dropped. Synopsis notation counts as well: `[--flag X]` is an optional flag,
 `(--a X | --b Y)` alternatives of the same command, `...` repetition, and an upper-case
 word (`DIR`, `FILE.py`, `<this repository>`) a placeholder; such a command is a synopsis,
-checked but never run. A piece that starts with a flag continues the command before it, or
-is an override fragment (`--config.corpus.paths=...`) when none precedes it.
+checked but never run. A piece that starts with a flag is an override fragment
+(`--config.corpus.paths=...`).
 """
 
 from __future__ import annotations
@@ -40,8 +40,9 @@ KNOWN_TOOLS = {
     "gcloud": (None, "external: the Google Cloud SDK is not installed here; syntax only, "
                      "and its --command=\"...\" is checked as a script of its own"),
 }
-SHELL_WORDS = {"cd", "mkdir", "tail", "head", "cat", "ls", "rm", "cp", "mv", "echo", "export",
-               "wait", "done", "fi", "true", "sleep", "tar", "du", "df"}
+SHELL_BUILTINS = {"cd", "export", "wait", "done", "fi", "true", "source", "."}
+SHELL_WORDS = SHELL_BUILTINS | {"mkdir", "tail", "head", "cat", "ls", "rm", "cp", "mv", "echo",
+                                "sleep", "tar", "du", "df"}
 PLACEHOLDER = re.compile(r"^(?:[A-Z][A-Z0-9_-]*(?:\.[a-z]+)?|\.\.\.)$|@@")
 _SEPARATORS = {";", "&&", "||", "|", "&", ";;", "\n"}
 _REDIRECT = re.compile(r"\s\d?>&\d|\s\d?>>?\s*[^\s;&|]+")
@@ -51,7 +52,7 @@ _ANGLE = re.compile(r"<[A-Za-z][^<>\n]*>")
 @dataclasses.dataclass(frozen=True)
 class Command:
   where: str               # "docs/launch.md:146" or "notebooks/...ipynb cell 4"
-  argv: tuple[str, ...]    # brackets and placeholders kept as written, e.g. "[--seed"
+  argv: tuple[str, ...]    # as written, synopsis brackets ("[", "]") and "..." included
   synopsis: bool           # optional flags, alternatives or placeholders: never run
   inline: bool = False     # an inline code span in prose: a mention, never run
 
@@ -77,7 +78,7 @@ def split_script(script: str, where: str, first_line: int | None = None) -> list
   for offset, chunk in _logical_lines(script.replace("\\\n", " ")):
     at = where if first_line is None else f"{where}:{first_line + offset}"
     for words, synopsis in _pieces(chunk, at):
-      commands += _command_of(words, synopsis, at, commands)
+      commands += _command_of(words, synopsis, at)
   return commands
 
 
@@ -105,16 +106,12 @@ def _pieces(chunk: str, where: str) -> list[tuple[list[str], bool]]:
   return [p for p in pieces if p[0]]
 
 
-def _command_of(words: list[str], synopsis: bool, where: str,
-                before: list[Command]) -> list[Command]:
+def _command_of(words: list[str], synopsis: bool, where: str) -> list[Command]:
   while words and (words[0] in ("do", "then", "else", "time", "!")
                    or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0])):
     words = words[1:]  # loop words and VAR=value prefixes
   if not words or words[0] in ("for", "while", "if", "in"):
     return []
-  if words[0].startswith("-") and before and before[-1].where == where:
-    last = before.pop()  # the second alternative of `( ... | ... )`
-    return [Command(where, last.argv + tuple(words), True)]
   return [Command(where, tuple(words), synopsis or _is_synopsis(words))]
 
 
@@ -123,21 +120,21 @@ def _is_synopsis(words: list[str]) -> bool:
              for w in words[1:])
 
 
-def _blocks(text: str):
-  """(first line number, tag, body) of each fenced block; and the text outside them."""
-  outside, lines, i = [], text.split("\n"), 0
+def _blocks(text: str) -> tuple[list[tuple[int, str, str]], list[tuple[int, str]]]:
+  """([(first body line number, tag, body)] of the fenced blocks, [(number, line)] outside)."""
+  blocks, outside, lines, i = [], [], text.split("\n"), 0
   while i < len(lines):
     line = lines[i].strip()
     if line.startswith("```"):
       j = i + 1
       while j < len(lines) and not lines[j].strip().startswith("```"):
         j += 1
-      yield i + 2, line[3:].strip(), "\n".join(lines[i + 1:j])
+      blocks.append((i + 2, line[3:].strip(), "\n".join(lines[i + 1:j])))
       i = j + 1
     else:
       outside.append((i + 1, lines[i]))
       i += 1
-  yield None, "prose", outside
+  return blocks, outside
 
 
 def notebook_lines(body: str) -> str:
@@ -148,9 +145,7 @@ def notebook_lines(body: str) -> str:
     return body
   out = []
   for line in lines:
-    if line.startswith("!"):
-      out.append(line[1:])
-    elif line.startswith("%tensorboard"):
+    if line.startswith(("!", "%tensorboard")):
       out.append(line[1:])
     elif out and out[-1].endswith("\\"):
       out.append(line)
@@ -161,16 +156,15 @@ def doc_commands(venv_bin) -> tuple[list[Command], list[tuple[str, str]]]:
   """(commands, prose) of the markdown files; prose is (where, text) outside blocks."""
   commands, prose = [], []
   for name in DOC_FILES:
-    for start, tag, body in _blocks((REPO_ROOT / name).read_text()):
-      if tag == "prose":
-        for lineno, line in body:
-          prose.append((f"{name}:{lineno}", line))
-          for span in re.findall(r"`([^`]+)`", line):
-            words = span.split()
-            if len(words) > 1 and is_command_word(words[0], venv_bin):
-              commands += [dataclasses.replace(c, inline=True)
-                           for c in split_script(span, f"{name}:{lineno}")]
-        continue
+    blocks, outside = _blocks((REPO_ROOT / name).read_text())
+    for lineno, line in outside:
+      prose.append((f"{name}:{lineno}", line))
+      for span in re.findall(r"`([^`]+)`", line):
+        words = span.split()
+        if len(words) > 1 and is_command_word(words[0], venv_bin):
+          commands += [dataclasses.replace(c, inline=True)
+                       for c in split_script(span, f"{name}:{lineno}")]
+    for start, tag, body in blocks:
       body = notebook_lines(body)
       first = body.strip().split(None, 1)[:1]
       if tag in SHELL_TAGS or (tag == "" and first and is_command_word(first[0], venv_bin)):

@@ -236,8 +236,7 @@ def test_every_program_exists():
       errors.append(f"{c}\n  {target} is not a file of the repository")
     elif kind == "make" and not re.search(rf"^{re.escape(target)}:", makefile, re.M):
       errors.append(f"{c}\n  the Makefile has no target {target!r}")
-    elif kind == "shell" and target not in ("cd", "export", "wait", "done", "fi") \
-        and not shutil.which(target):
+    elif kind == "shell" and target not in dc.SHELL_BUILTINS and not shutil.which(target):
       errors.append(f"{c}\n  {target} is not on PATH")
     elif kind == "tool" and target not in dc.KNOWN_TOOLS and not _executable(target):
       errors.append(f"{c}\n  {target!r} is neither in the venv ({VENV_BIN}) nor on PATH nor "
