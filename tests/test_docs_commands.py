@@ -182,7 +182,7 @@ def _help_jobs() -> tuple[list[dict], dict[str, list[str]]]:
       job = jobs.setdefault(key, {"key": key, "module": target})
     elif kind == "script":
       job = jobs.setdefault(key, {"key": key, "script": os.fspath(REPO / target)})
-    elif kind in ("tool", "python") and flags_used and _executable(target or "python"):
+    elif kind in ("tool", "python") and flags_used and _executable(target):
       help_arg = dc.KNOWN_TOOLS.get(target, ("--help",))[0]
       if help_arg is not None:
         exe = target if kind == "python" else _executable(target)
