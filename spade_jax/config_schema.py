@@ -154,7 +154,7 @@ def parse_config_args(argv: Sequence[str], fv: flags.FlagValues) -> tuple[Config
 
   `--config X` may name a module of configs/ (see `resolve_config_path`); other flags are
   the ones the caller defined on `fv`. Returns (config, its file); an override naming a
-  field the config lacks raises ConfigError.
+  field the config lacks raises ConfigError. `-h` / `--help` prints the flags and exits.
   """
   argv, i = list(argv), 0
   while i < len(argv):
@@ -167,6 +167,10 @@ def parse_config_args(argv: Sequence[str], fv: flags.FlagValues) -> tuple[Config
     i += 1
   config = config_flags.DEFINE_config_file("config", None, "configs/<name>.py", flag_values=fv,
                                            lock_config=True, sys_argv=argv)
+  if any(a in ("-h", "--help", "-help") for a in argv[1:]):  # absl.app's --help, without app
+    print(f"usage: {argv[0]} --config NAME [--config.FIELD=VALUE ...] [flags]\n\n"
+          f"{fv.get_help().strip()}")
+    raise SystemExit(0)
   flags.mark_flag_as_required("config", flag_values=fv)
   try:
     fv(argv)

@@ -34,7 +34,7 @@ from spade_jax.metrics.logger import StepLogger
 from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
-from spade_jax.model.load import load_model
+from spade_jax.model.load import RUN_CONFIG_FILE, load_model
 from spade_jax.multihost import JaxExchange
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
@@ -121,6 +121,15 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
   return scalars
 
 
+def save_config(config: Any, workdir: str) -> None:
+  """<workdir>/config.json: the run's whole config (`eval run` on the workdir reads the
+  tokenizer from it). Written through a temporary file, so a reader never sees half of it."""
+  path = os.path.join(workdir, RUN_CONFIG_FILE)
+  with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+    f.write(config.to_json_best_effort(indent=1, sort_keys=True) + "\n")
+  os.replace(f"{path}.tmp", path)
+
+
 def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
   """Trains until config.train.num_steps; returns the last step's record (None if none ran).
 
@@ -128,6 +137,8 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   """
   workdir = os.fspath(workdir)
   os.makedirs(workdir, exist_ok=True)
+  if jax.process_index() == 0:
+    save_config(config, workdir)
   settings = SelfPlaySettings.from_config(config)
   evals = EvalSettings.from_config(config)
   metrics = MetricsSettings.from_config(config)  # a bad embedding_model fails before compiling

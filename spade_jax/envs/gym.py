@@ -14,6 +14,7 @@ and the error in `info["error"]`; in `reset` it raises, since there is no episod
 from __future__ import annotations
 
 import itertools
+import json
 import string
 from collections.abc import Mapping
 from typing import Any
@@ -97,9 +98,17 @@ def _info(result: EnvStep) -> dict:
   return info
 
 
-def from_curriculum_line(line: Mapping[str, Any], *, pool: EnvPool | None = None,
+def from_curriculum_line(line: Mapping[str, Any] | str, *, pool: EnvPool | None = None,
                          max_turns: int | None = None) -> SandboxTextEnv:
-  """The adapter for one line of `python -m spade_jax.export` output."""
+  """The adapter for one line of `python -m spade_jax.export` output: the parsed dict or
+  the raw JSON line as read from the file."""
+  if isinstance(line, str):
+    try:
+      line = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise ValueError(f"curriculum line is not JSON ({e}): {line[:80]!r}") from None
+  if not isinstance(line, Mapping):
+    raise ValueError(f"curriculum line must be a JSON object, got {type(line).__name__}")
   if not isinstance(line.get("source"), str):
     raise ValueError(f"curriculum line {line.get('uid')!r} has no 'source' string")
   return SandboxTextEnv(line["source"], pool=pool, max_turns=max_turns)

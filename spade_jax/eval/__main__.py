@@ -4,21 +4,22 @@
   score    --suite NAME --predictions FILE.jsonl [--out FILE.jsonl]
   compare  RUN_A.json RUN_B.json
 
-`run` and `score` write one JSON line per item to --out and the summary to
-<out without .jsonl>.summary.json, and print the summary.
+`run` and `score` write one JSON line per item to --out (default under runs/eval/: run
+<checkpoint name>.jsonl, score <predictions name>.<suite>.jsonl) and the summary to
+<out without .jsonl>.summary.json; a line per suite goes to stderr, and the last line on
+stdout is the summary as one JSON object (with "out" and "summary", the two paths).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import time
 
-from spade_jax.engine.api import SamplingParams
 from spade_jax.eval import compare, evaluate
-from spade_jax.eval.generate import Generator
 from spade_jax.eval.suites import get_suite
 from spade_jax.sandbox.pool import SandboxPool
 
@@ -42,17 +43,34 @@ def _summary_path(out: str) -> pathlib.Path:
   return path.with_name(path.name.removesuffix(".jsonl") + ".summary.json")
 
 
+def default_out(args) -> str:
+  """runs/eval/<checkpoint name>.jsonl for `run`, runs/eval/<predictions>.<suite>.jsonl for
+  `score`; a trainer step <workdir>/checkpoints/<N> is named <workdir>-step<N>."""
+  if args.verb == "score":
+    return os.path.join("runs", "eval", f"{pathlib.Path(args.predictions).stem}.{args.suite}.jsonl")
+  parts = [p for p in pathlib.PurePath(args.checkpoint.rstrip("/")).parts if p not in ("/", ".")]
+  if len(parts) >= 3 and parts[-2] == "checkpoints" and parts[-1].isdigit():
+    parts.append(f"{parts.pop(-3)}-step{parts.pop()}")
+  elif len(parts) >= 2 and parts[-1] == "checkpoints":
+    parts.pop()
+  return os.path.join("runs", "eval", f"{parts[-1] if parts else 'checkpoint'}.jsonl")
+
+
 def _write_summary(out: str, summaries, meta: dict) -> None:
+  """The summary file; a line per suite on stderr; the summary as one JSON line on stdout."""
   doc = {**meta, "suites": {name: s.to_json() for name, s in summaries.items()}}
   _summary_path(out).write_text(json.dumps(doc, indent=1) + "\n")
   for s in summaries.values():
     print(f"{s.suite}: {s.metric} = {s.value:.4f} ± {s.stderr:.4f} (n={s.n}, "
-          f"no answer {s.no_answer}, unscored {s.unscored}) {s.extra or ''}")
-  print(f"wrote {out} and {_summary_path(out)}")
+          f"no answer {s.no_answer}, unscored {s.unscored}) {s.extra or ''}", file=sys.stderr)
+  print(f"wrote {out} and {_summary_path(out)}", file=sys.stderr)
+  print(json.dumps({**doc, "out": out, "summary": str(_summary_path(out))}), flush=True)
 
 
 def _run(args) -> None:
   # jax and the model load only for `run` (score and compare start in a second).
+  from spade_jax.engine.api import SamplingParams
+  from spade_jax.eval.generate import Generator
   from spade_jax.eval.load import engine_for, tokenizer_for
   data = _data(args.data)
   names = [n for n in args.suite.split(",") if n]
@@ -60,7 +78,10 @@ def _run(args) -> None:
   for s in suites:
     if s.not_playable:
       raise SystemExit(s.not_playable)
-  tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
+  try:
+    tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
+  except ValueError as e:  # no tokenizer to be found: one line, not a traceback
+    raise SystemExit(f"error: {e}") from None
   engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, num_slots=args.num_slots,
                                  max_cache_len=args.max_cache_len,
                                  prefill_buckets=tuple(args.prefill_buckets))
@@ -104,7 +125,8 @@ def main(argv=None) -> None:
   verbs = parser.add_subparsers(dest="verb", required=True)
   run = verbs.add_parser("run", help="generate with a checkpoint and score")
   run.add_argument("--checkpoint", required=True)
-  run.add_argument("--tokenizer", default=None, help="default: the checkpoint's own")
+  run.add_argument("--tokenizer", default=None, help="default: the checkpoint's own "
+                   "tokenizer.json, or the one a trainer workdir's config.json names")
   run.add_argument("--suite", required=True, help="comma-separated suite names")
   run.add_argument("--samples", type=int, default=None, help="responses per item")
   run.add_argument("--limit", type=int, default=None, help="first N items of each suite")
@@ -121,7 +143,8 @@ def main(argv=None) -> None:
   score.add_argument("--suite", required=True)
   score.add_argument("--predictions", required=True)
   for verb in (run, score):
-    verb.add_argument("--out", default="eval.jsonl")
+    verb.add_argument("--out", default=None, help="records, one JSON line per item (default: "
+                      "runs/eval/<checkpoint name>.jsonl; score: <predictions>.<suite>.jsonl)")
     verb.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
                       help="data file of a suite whose data users bring (aime, gpqa, ...)")
     verb.add_argument("--isolation", default="strict", help="least sandbox isolation accepted")
@@ -130,6 +153,8 @@ def main(argv=None) -> None:
   cmp.add_argument("a")
   cmp.add_argument("b")
   args = parser.parse_args(argv)
+  if args.verb != "compare" and args.out is None:
+    args.out = default_out(args)
   {"run": _run, "score": _score, "compare": _compare}[args.verb](args)
 
 

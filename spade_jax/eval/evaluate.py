@@ -12,13 +12,15 @@ import json
 import os
 import pathlib
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade_jax.eval import stats
-from spade_jax.eval.generate import Generator
 from spade_jax.eval.suite import Item, ItemRecord, Suite
 from spade_jax.eval.suites import get_suite
 from spade_jax.eval.suites.user_data import read_jsonl
+
+if TYPE_CHECKING:  # the engine (and jax) load only where generation happens
+  from spade_jax.eval.generate import Generator
 
 
 @dataclasses.dataclass(frozen=True)

@@ -2,16 +2,18 @@
 
 `--checkpoint` is anything `spade_jax.model.load.load_model` opens: a Hugging Face
 directory (config.json + safetensors) or hub id, a trainer workdir, its checkpoints/
-directory or one <workdir>/checkpoints/<step>. The tokenizer is the checkpoint directory's
-own (tokenizer.json) unless `--tokenizer` names one (a trainer workdir has none).
+directory or one <workdir>/checkpoints/<step>. The tokenizer is `--tokenizer` when given,
+else the checkpoint directory's own (tokenizer.json), else, for a trainer checkpoint, the
+one its run trained with (`tokenizer` of <workdir>/config.json, written by spade_jax.run).
 """
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.model.load import load_model
+from spade_jax.model.load import RUN_CONFIG_FILE, load_model, trainer_workdir
 from spade_jax.tokenizer import load_tokenizer
 
 
@@ -19,10 +21,18 @@ def tokenizer_for(checkpoint: str, tokenizer: str | None):
   if tokenizer:
     return load_tokenizer(tokenizer)
   path = pathlib.Path(checkpoint).expanduser()
-  if path.is_dir() and not (path / "tokenizer.json").is_file():
-    raise ValueError(f"{checkpoint} has no tokenizer.json: pass --tokenizer (a directory or hub "
-                     "id with tokenizer.json, or 'tiny')")
-  return load_tokenizer(checkpoint)
+  if not path.is_dir() or (path / "tokenizer.json").is_file():
+    return load_tokenizer(checkpoint)  # a hub id or a Hugging Face directory
+  workdir = trainer_workdir(path)
+  saved = None if workdir is None else workdir / RUN_CONFIG_FILE
+  if saved is None or not saved.is_file():
+    where = "" if saved is None else f" and there is no {saved}"
+    raise ValueError(f"{checkpoint} has no tokenizer.json{where}: pass --tokenizer (a directory "
+                     "or hub id with tokenizer.json, or 'tiny')")
+  name = json.loads(saved.read_text()).get("tokenizer")
+  if not isinstance(name, str) or not name:
+    raise ValueError(f"{saved} names no tokenizer: pass --tokenizer")
+  return load_tokenizer(name)
 
 
 def engine_for(checkpoint: str, *, dtype: str, num_slots: int, max_cache_len: int,

@@ -33,6 +33,7 @@ from spade_jax.model.qwen3 import Qwen3
 from spade_jax.model.sharding import state_shardings
 
 MODEL_CONFIG_FILE = "model_config.json"
+RUN_CONFIG_FILE = "config.json"  # <workdir>/config.json: the run's whole config (spade_jax.run)
 PARAMS_ITEM = "params"  # <step>/params/ holds the orbax StandardSave of the Param state
 
 
@@ -66,6 +67,13 @@ def _trainer_checkpoint(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path 
   if path.name.isdigit() and (path.parent / MODEL_CONFIG_FILE).is_file():
     return path.parent, path
   return None
+
+
+def trainer_workdir(path: str | os.PathLike[str]) -> pathlib.Path | None:
+  """The workdir of a trainer checkpoint path (workdir, checkpoints/ or one step), else None."""
+  local = pathlib.Path(path).expanduser()
+  found = _trainer_checkpoint(local) if local.is_dir() else None
+  return None if found is None else found[0].parent
 
 
 def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",

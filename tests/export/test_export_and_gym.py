@@ -133,3 +133,19 @@ def test_errors_end_the_episode_or_raise():
   broken = crash.replace("return 'go', {}", "raise KeyError('no reset')")
   with pytest.raises(RuntimeError, match="failed in reset.*no reset"):
     spade_gym.SandboxTextEnv(broken, pool=FakePool(max_turns=4)).reset(seed=0)
+
+
+def test_from_curriculum_line_takes_the_raw_line_as_read_from_the_file(run_dir, tmp_path):
+  out = tmp_path / "curriculum.jsonl"
+  export.export(run_dir, out)
+  with open(out) as f:
+    raw = next(f)  # a str, trailing newline included
+  observations = []
+  for line in (raw, json.loads(raw)):
+    env = spade_gym.from_curriculum_line(line, pool=FakePool(max_turns=4))
+    observations.append(env.reset(seed=5)[0])
+  assert observations[0] == observations[1]
+  with pytest.raises(ValueError, match="curriculum line is not JSON"):
+    spade_gym.from_curriculum_line(raw[:-5])
+  with pytest.raises(ValueError, match="must be a JSON object, got list"):
+    spade_gym.from_curriculum_line("[1, 2]")

@@ -109,6 +109,15 @@ def test_typo_in_override_fails():
     _parse("--config=smoke.py", "--config.selfplay.kk=3")
 
 
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_the_flags_and_exits_0(flag, capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    _parse(flag)
+  out = capsys.readouterr().out
+  assert exit_info.value.code == 0 and out.startswith("usage: tpu_run.py --config NAME")
+  assert all(f"--{name}:" in out for name in ("config", "workdir", "distributed"))
+
+
 def test_locked_config_rejects_new_fields():
   config, _, _ = _parse("--config=smoke.py")
   with pytest.raises(AttributeError):

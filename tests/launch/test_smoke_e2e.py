@@ -22,7 +22,9 @@ from tensorboard.util import tensor_util
 
 from spade_jax import config_schema, export
 from spade_jax.envs.gym import from_curriculum_line
+from spade_jax.eval.load import tokenizer_for
 from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.tokenizer import load_tokenizer
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (
@@ -129,6 +131,10 @@ def test_checkpoint_and_log(smoke_runs):
   lines = first["log"].splitlines()
   assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
   assert "designed" in lines[0] and "replayed" in lines[0]
+  workdir = smoke_runs[3]
+  saved = json.loads(open(os.path.join(workdir, "config.json"), encoding="utf-8").read())
+  assert saved["tokenizer"] == "tiny" and saved["train"]["num_steps"] == 3  # the last launch's
+  assert tokenizer_for(workdir, None).encode("a step") == load_tokenizer("tiny").encode("a step")
 
 
 def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
