@@ -44,6 +44,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 import learning_report  # noqa: E402
+
 from spade_jax import config_schema  # noqa: E402
 
 DEFAULT_CONFIG = "configs/starter.py"
@@ -136,7 +137,7 @@ def run_one(argv: list[str], workdir: str, label: str, launcher: Launcher,
     print(f"{label}: finished before, skipped", flush=True)
     return "skipped"
   record = record or {"argv": argv, "done": False, "launches": []}
-  launch = {"started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+  launch = {"started": datetime.datetime.now(datetime.UTC).isoformat(
       timespec="seconds"), "resumed": bool(record["launches"]), "rc": None, "wall_s": None}
   record["launches"].append(launch)
   write_record(workdir, record)  # a killed driver leaves the launch without rc: interrupted
@@ -153,6 +154,17 @@ def run_one(argv: list[str], workdir: str, label: str, launcher: Launcher,
   if rc != 0:
     print(f"{label}: failed (exit {rc}); see {os.path.join(workdir, LOG)}", flush=True)
   return "done" if rc == 0 else "failed"
+
+
+def resolve_config(arg: str) -> str:
+  """The config as an absolute path (the runs start in the repository root)."""
+  try:
+    path, sep, rest = config_schema.resolve_config_path(arg).partition(":")
+  except config_schema.ConfigError as err:
+    hint = " (configs/starter.py comes with the starter policy; today pass --config " \
+           "configs/smoke.py)" if arg == DEFAULT_CONFIG else ""
+    raise MatrixError(f"{err}{hint}") from None
+  return f"{os.path.abspath(path)}{sep}{rest}"
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -180,6 +192,7 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
     args.seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
   except ValueError:
     p.error(f"--seeds={args.seeds!r}: expected comma-separated ints")
+  args.root = os.path.abspath(args.root)  # the runs start in the repository root
   args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
   bad = [v for v in args.variants if v not in VARIANTS]
   if bad or not args.variants or not args.seeds:
@@ -202,9 +215,7 @@ def plan(args: argparse.Namespace, extra: Sequence[str]) -> list[tuple[str, str,
 def main(argv: Sequence[str] | None = None, launcher: Launcher = subprocess_launcher) -> int:
   args, extra = parse(sys.argv[1:] if argv is None else argv)
   try:
-    if not os.path.exists(args.config) and args.config == DEFAULT_CONFIG:
-      raise MatrixError(f"--config {DEFAULT_CONFIG} does not exist in this tree; pass one "
-                        "(e.g. --config configs/smoke.py)")
+    args.config = resolve_config(args.config)
     runs = plan(args, extra)
     for label, _, run_argv in runs:
       if args.dry_run:

@@ -103,7 +103,8 @@ def test_table_and_summary_equal_the_written_scalars(tmp_path, capsys):
   assert table[0].startswith("| variant | seeds | steps | valid rate, final |")
   assert table[2].startswith("| discard | 0,1 | 3 | 0.280 [0.230, 0.330] |")
   assert table[3].startswith("| grpo | 0 | 3 | n/a | n/a | n/a | +0.100 | 0.750 | n/a |")
-  assert table[2].endswith("| 13.0 [12.5, 13.5] | 9.0 [8.5, 9.5] | 4.0 [3.5, 4.5] | 6.0 [5.5, 6.5] |")
+  assert table[2].endswith(
+      "| 13.0 [12.5, 13.5] | 9.0 [8.5, 9.5] | 4.0 [3.5, 4.5] | 6.0 [5.5, 6.5] |")
   assert (root / "learning.png").exists()
 
 
