@@ -17,7 +17,8 @@ variant, each cell the mean over seeds with the seeds' range in brackets:
 * learnable share: mean of the 16-step window values (curriculum/learnable_share);
 * held-out return: eval/seed_games_heldout/return (and with the hint) at the last evaluation;
 * wall time per step with its generate / sandbox / train split: mean of time/* over the steps
-  after the first (the first compiles), all steps when there is only one.
+  after the first (the first compiles), all steps when there is only one;
+* run wall time: all launches of the run, from learning_runs.py's learning_run.json.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 HELDOUT = "eval/seed_games_heldout/return"
 HELDOUT_HINT = "eval/seed_games_heldout/return_with_hint"
 TIMES = ("step_s", "generate_s", "sandbox_s", "train_s")
+RUN_RECORD = "learning_run.json"  # learning_runs.py's record of a run's launches
 
 
 def read_run(tb_dir: str) -> Run:
@@ -166,6 +168,20 @@ def summarize(data: dict[str, dict[int, Run]]) -> dict[str, dict]:
   return out
 
 
+def run_walls(root: str, summary: dict[str, dict]) -> None:
+  """Adds each variant's `run_wall_s` (all launches of a run, over seeds) from the driver's
+  records; None where no record has a finished launch."""
+  for variant, row in summary.items():
+    walls = []
+    for seed in row["seeds"]:
+      path = os.path.join(root, variant, f"seed{seed}", RUN_RECORD)
+      if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+          launches = json.load(f)["launches"]
+        walls += [sum(lc["wall_s"] or 0.0 for lc in launches)] if launches else []
+    row["run_wall_s"] = _over_seeds(walls)
+
+
 def cell(stat: dict[str, float] | None, fmt: str = ".3f") -> str:
   if stat is None:
     return "n/a"
@@ -186,6 +202,7 @@ COLUMNS = (  # (header, field, format)
     ("generate s", "generate_s", ".1f"),
     ("sandbox s", "sandbox_s", ".1f"),
     ("train s", "train_s", ".1f"),
+    ("run wall s", "run_wall_s", ".0f"),
 )
 
 
@@ -214,6 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
   md = args.md or os.path.join(args.root, "learning.md")
   draw(data, png)
   summary = summarize(data)
+  run_walls(args.root, summary)
   with open(md, "w", encoding="utf-8") as f:
     f.write(markdown_table(summary))
   print(json.dumps({"report": "learning", "root": args.root, "png": png, "md": md,

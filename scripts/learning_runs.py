@@ -55,7 +55,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "grpo": ("--config.selfplay.fixed_envs=grpo",),
 }
 DEFAULT_VARIANTS = (*DESIGNER_ADVANTAGES, "grpo")
-RECORD = "learning_run.json"
+RECORD = learning_report.RUN_RECORD
 LOG = "launch.log"
 EVAL_SUITE = "seed_games_heldout"
 
@@ -233,9 +233,8 @@ def main(argv: Sequence[str] | None = None, launcher: Launcher = subprocess_laun
   failed = sorted(k for k, v in outcome.items() if v == "failed")
   print(json.dumps({"driver": "learning_runs", "root": args.root, "runs": outcome,
                     "wall_s": round(time.monotonic() - start, 1)}), flush=True)
-  if not args.no_report:
-    learning_report.main(["--root", args.root])
-  return 1 if failed else 0
+  report_rc = 0 if args.no_report else learning_report.main(["--root", args.root])
+  return 1 if failed or report_rc else 0
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ def _make_root(tmp_path):
                "curriculum/diversity_vendi": 0.3, "curriculum/memory_size": 4.0,
                "curriculum/learnable_share": 0.75, **TIMES} for s in (1, 2, 3)}
   _write(root / "grpo" / "seed0" / "tb", fixed)
+  launches = [{"rc": None, "wall_s": 30.0}, {"rc": 0, "wall_s": 12.0}]  # learning_runs.py's
+  (root / "discard" / "seed0" / report.RUN_RECORD).write_text(json.dumps({"launches": launches}))
   return root
 
 
@@ -104,7 +106,8 @@ def test_table_and_summary_equal_the_written_scalars(tmp_path, capsys):
   assert table[2].startswith("| discard | 0,1 | 3 | 0.280 [0.230, 0.330] |")
   assert table[3].startswith("| grpo | 0 | 3 | n/a | n/a | n/a | +0.100 | 0.750 | n/a |")
   assert table[2].endswith(
-      "| 13.0 [12.5, 13.5] | 9.0 [8.5, 9.5] | 4.0 [3.5, 4.5] | 6.0 [5.5, 6.5] |")
+      "| 13.0 [12.5, 13.5] | 9.0 [8.5, 9.5] | 4.0 [3.5, 4.5] | 6.0 [5.5, 6.5] | 42 |")
+  assert table[3].endswith(" | n/a |")  # no driver record
   assert (root / "learning.png").exists()
 
 

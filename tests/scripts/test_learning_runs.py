@@ -98,6 +98,7 @@ def test_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, capsys):
   assert "spade/seed0: finished before, skipped" in out
   summary = json.loads(out[-1])
   assert summary["report"] == "learning" and sorted(summary["variants"]) == ["grpo", "spade"]
+  assert summary["variants"]["grpo"]["run_wall_s"]["min"] >= 0.0  # from the run records
   assert (root / "learning.png").exists() and (root / "learning.md").exists()
   third = FakeLauncher()
   assert runs.main(_args(root, "--no-report"), third) == 0 and third.calls == []
