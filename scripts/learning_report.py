@@ -4,10 +4,10 @@ r"""The learning matrix's report: one figure, one markdown table, one JSON summa
 
 Reads the TensorBoard events of every ROOT/<variant>/seed<N>/tb (written by
 scripts/learning_runs.py; any run of launch/tpu_run.py laid out so works) with tensorboard's
-EventAccumulator (no TensorFlow). A resumed run appends a second event file; the value written
-last for a step wins. NaN values (e.g. the designer reward of a step with no designer sample)
-count as not written, and a variant that never wrote a tag (Fixed-env GRPO has no designer) is
-left out of that panel and shows "n/a" in the table.
+event-file reader (no TensorFlow). Each launch of a run writes its own event file (a resumed
+run appends one); the value written last for a step wins. NaN values (e.g. the designer
+reward of a step with no designer sample) count as not written, and a variant that never wrote
+a tag (Fixed-env GRPO has no designer) is left out of that panel and shows "n/a" in the table.
 
 Figure (default ROOT/learning.png): one panel per entry of PANELS, each variant a line, the
 mean over its seeds, with the seeds' range shaded. Table (default ROOT/learning.md), one row a
@@ -17,7 +17,7 @@ variant, each cell the mean over seeds with the seeds' range in brackets:
 * learnable share: mean of the 16-step window values (curriculum/learnable_share);
 * held-out return: eval/seed_games_heldout/return (and with the hint) at the last evaluation;
 * wall time per step with its generate / sandbox / train split: mean of time/* over the steps
-  after the first (the first compiles), all steps when there is only one;
+  that were not the first of a launch (those compile), all steps when none is left;
 * run wall time: all launches of the run, from learning_runs.py's learning_run.json.
 """
 
@@ -33,7 +33,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.backend.event_processing import event_file_loader
 from tensorboard.util import tensor_util
 
 Series = dict[int, float]  # step -> value
@@ -53,20 +53,30 @@ PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 HELDOUT = "eval/seed_games_heldout/return"
 HELDOUT_HINT = "eval/seed_games_heldout/return_with_hint"
 TIMES = ("step_s", "generate_s", "sandbox_s", "train_s")
+LAUNCH_TAG = "launch/first_step"  # derived here, not written by the run
 RUN_RECORD = "learning_run.json"  # learning_runs.py's record of a run's launches
 
 
 def read_run(tb_dir: str) -> Run:
-  """Every scalar tag of one run's event files: tag -> {step: value}, NaNs left out."""
-  acc = EventAccumulator(tb_dir, size_guidance={"tensors": 0, "scalars": 0})
-  acc.Reload()
+  """Every scalar tag of one run's event files: tag -> {step: value}, NaNs left out, files in
+  name (= launch) order, the value written last for a step winning. LAUNCH_TAG holds the
+  first step of each launch (each event file), which includes the launch's compilation."""
   run: Run = {}
-  for tag in acc.Tags()["tensors"]:
-    for event in acc.Tensors(tag):
-      value = tensor_util.make_ndarray(event.tensor_proto)
-      if value.ndim == 0 and value.dtype.kind == "f" and math.isfinite(float(value)):
-        run.setdefault(tag, {})[int(event.step)] = float(value)
-  return run
+  for path in sorted(glob.glob(os.path.join(tb_dir, "*tfevents*"))):
+    first = None
+    for event in event_file_loader.EventFileLoader(path).Load():
+      for value in event.summary.value:
+        array = tensor_util.make_ndarray(value.tensor) if value.HasField("tensor") else None
+        if array is None or array.ndim != 0 or array.dtype.kind != "f":
+          continue  # text summaries
+        first = event.step if first is None else first
+        series = run.setdefault(value.tag, {})
+        series.pop(int(event.step), None)
+        if math.isfinite(float(array)):
+          series[int(event.step)] = float(array)
+    if first is not None:
+      run.setdefault(LAUNCH_TAG, {})[int(first)] = 1.0
+  return {tag: series for tag, series in run.items() if series}
 
 
 def collect(root: str) -> dict[str, dict[int, Run]]:
@@ -143,8 +153,13 @@ def _mean(series: Series) -> float:
   return float(np.mean(list(series.values())))
 
 
-def _mean_after_first(series: Series) -> float:
-  later = [v for s, v in series.items() if s != min(series)]
+def _time_per_step(run: Run, tag: str) -> float | None:
+  """Mean over the steps that were not the first of a launch (those compile); over all
+  steps when every step was."""
+  series = run.get(tag)
+  if not series:
+    return None
+  later = [v for s, v in series.items() if s not in run.get(LAUNCH_TAG, {})]
   return float(np.mean(later or list(series.values())))
 
 
@@ -163,7 +178,8 @@ def summarize(data: dict[str, dict[int, Run]]) -> dict[str, dict]:
            "heldout_return": _per_seed(runs, HELDOUT, _last),
            "heldout_return_hint": _per_seed(runs, HELDOUT_HINT, _last)}
     for t in TIMES:
-      row[t] = _per_seed(runs, f"time/{t}", _mean_after_first)
+      row[t] = _over_seeds([v for v in (_time_per_step(run, f"time/{t}") for run in runs.values())
+                            if v is not None])
     out[variant] = row
   return out
 

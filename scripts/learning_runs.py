@@ -33,6 +33,7 @@ import json
 import os
 import pathlib
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -118,10 +119,14 @@ def subprocess_launcher(argv: Sequence[str], workdir: str, prefix: str) -> int:
   with open(os.path.join(workdir, LOG), "a", encoding="utf-8") as log, subprocess.Popen(
       cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
       bufsize=1) as proc:
-    for line in proc.stdout:
-      log.write(line)
-      log.flush()
-      print(f"[{prefix}] {line}", end="", flush=True)
+    try:
+      for line in proc.stdout:
+        log.write(line)
+        log.flush()
+        print(f"[{prefix}] {line}", end="", flush=True)
+    except BaseException:  # the driver stops (Ctrl-C, SIGTERM): so does its run
+      proc.terminate()
+      raise
   return proc.returncode
 
 
@@ -237,5 +242,10 @@ def main(argv: Sequence[str] | None = None, launcher: Launcher = subprocess_laun
   return 1 if failed or report_rc else 0
 
 
+def _exit_on_sigterm(signum, frame) -> None:
+  sys.exit(128 + signum)  # unwinds, so the run's record gets its launch's wall time
+
+
 if __name__ == "__main__":
+  signal.signal(signal.SIGTERM, _exit_on_sigterm)
   sys.exit(main())

@@ -62,6 +62,7 @@ def test_reads_the_last_value_of_each_step_and_drops_nan(tmp_path):
   run = data["discard"][1]
   assert run["curriculum/memory_size"] == {1: 7.0, 2: 99.0, 3: 9.0}  # the resumed write wins
   assert sorted(run["designer/reward_mean"]) == [2, 3]  # the NaN of step 1 is not data
+  assert run[report.LAUNCH_TAG] == {1: 1.0, 2: 1.0}  # the first step of each event file
   assert "designer/reward_mean" not in data["grpo"][0]
 
 
@@ -97,16 +98,16 @@ def test_table_and_summary_equal_the_written_scalars(tmp_path, capsys):
                              (0.21 + 0.99 + 0.23 + 0.31 + 0.99 + 0.33) / 6, rtol=1e-6)
   np.testing.assert_allclose(discard["heldout_return"]["mean"], 0.9, rtol=1e-6)
   np.testing.assert_allclose(discard["learnable_share"]["max"], 0.75)
-  # time: steps 2 and 3 only (the first compiles): 10 + 2.5 + seed
-  np.testing.assert_allclose(discard["step_s"]["mean"], 13.0, rtol=1e-6)
-  np.testing.assert_allclose(discard["train_s"]["min"], 5.5, rtol=1e-6)
+  # time: step 3 only (steps 1 and 2 were the first of a launch: they compile): 10 + 3 + seed
+  np.testing.assert_allclose(discard["step_s"]["mean"], 13.5, rtol=1e-6)
+  np.testing.assert_allclose(discard["train_s"]["min"], 6.0, rtol=1e-6)
   assert grpo["valid_rate_final"] is None and grpo["regret_valid_designs"] is None
   table = (root / "learning.md").read_text().splitlines()
   assert table[0].startswith("| variant | seeds | steps | valid rate, final |")
   assert table[2].startswith("| discard | 0,1 | 3 | 0.280 [0.230, 0.330] |")
   assert table[3].startswith("| grpo | 0 | 3 | n/a | n/a | n/a | +0.100 | 0.750 | n/a |")
   assert table[2].endswith(
-      "| 13.0 [12.5, 13.5] | 9.0 [8.5, 9.5] | 4.0 [3.5, 4.5] | 6.0 [5.5, 6.5] | 42 |")
+      "| 13.5 [13.0, 14.0] | 9.5 [9.0, 10.0] | 4.5 [4.0, 5.0] | 6.5 [6.0, 7.0] | 42 |")
   assert table[3].endswith(" | n/a |")  # no driver record
   assert (root / "learning.png").exists()
 
