@@ -11,10 +11,11 @@ Variants (all on one config, one step budget, the same held-out evaluation):
 * `grpo`: the Fixed-env GRPO baseline (`selfplay.fixed_envs=grpo`).
 Each (variant, seed) is one `python launch/tpu_run.py --config CONFIG --workdir
 ROOT/<variant>/seed<N> --config.seed=N --config.train.num_steps=STEPS
---config.rl.total_steps=STEPS ...` subprocess, with `seed_games_heldout` evaluated every
-`--eval-every` steps (held-out games kept out of training) and any further `--config.*`
-arguments passed on unchanged. Its output goes to the console (prefixed) and to
-<workdir>/launch.log.
+--config.rl.total_steps=STEPS ...` subprocess, with `seed_games_heldout` evaluated in
+training (`config.eval`; the held-out games kept out of training; every / limit / reply cap
+the config's unless `--eval-*` are given) and any further `--config.*` arguments passed on
+unchanged. Its output goes to the console (prefixed) and to <workdir>/launch.log. Ctrl-C or
+SIGTERM stops the driver and its run; run the same command again to go on.
 
 Resuming: <workdir>/learning_run.json records the command and every launch. A finished run
 is skipped; an interrupted or failed one is launched again with the same command and resumes
@@ -74,12 +75,10 @@ def run_dir(root: str, variant: str, seed: int) -> str:
 def run_args(config: str, variant: str, seed: int, steps: int, workdir: str,
              args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
   """tpu_run's arguments (no program name) for one (variant, seed)."""
-  evals = []
-  if args.eval_every > 0:
-    evals = [f"--config.eval.suites=('{EVAL_SUITE}',)", f"--config.eval.every={args.eval_every}",
-             f"--config.eval.limit={args.eval_limit}",
-             f"--config.eval.max_new_tokens={args.eval_max_new_tokens}",
-             "--config.eval.hold_out_seed_games=True"]
+  evals = [f"--config.eval.suites=('{EVAL_SUITE}',)", "--config.eval.hold_out_seed_games=True"]
+  for field in ("every", "limit", "max_new_tokens"):  # the config's own unless given
+    if getattr(args, f"eval_{field}") is not None:
+      evals.append(f"--config.eval.{field}={getattr(args, f'eval_{field}')}")
   return ["--config", config, "--workdir", workdir, f"--config.seed={seed}",
           f"--config.train.num_steps={steps}", f"--config.rl.total_steps={steps}",
           *VARIANTS[variant], *evals, *extra]
@@ -181,10 +180,12 @@ def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
   p.add_argument("--seeds", default="0,1", help="comma-separated config.seed values")
   p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
                  help=f"comma-separated, of {sorted(VARIANTS)}")
-  p.add_argument("--eval-every", type=int, default=8,
-                 help=f"steps between {EVAL_SUITE} evaluations; 0 = none")
-  p.add_argument("--eval-limit", type=int, default=16, help="held-out items per evaluation")
-  p.add_argument("--eval-max-new-tokens", type=int, default=48, help="reply cap in evaluation")
+  p.add_argument("--eval-every", type=int, default=None,
+                 help=f"steps between {EVAL_SUITE} evaluations (0 = none; default: config's)")
+  p.add_argument("--eval-limit", type=int, default=None,
+                 help="held-out items per evaluation (default: the config's)")
+  p.add_argument("--eval-max-new-tokens", type=int, default=None,
+                 help="reply cap in evaluation (default: the config's)")
   p.add_argument("--no-report", action="store_true", help="skip the figure and the table")
   p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
   args, extra = p.parse_known_args(argv)
