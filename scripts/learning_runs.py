@@ -129,14 +129,20 @@ def subprocess_launcher(argv: Sequence[str], workdir: str, prefix: str) -> int:
   return proc.returncode
 
 
-def run_one(argv: list[str], workdir: str, label: str, launcher: Launcher,
-            clock: Callable[[], float] = time.monotonic) -> str:
-  """Launches one run unless its record says it finished; returns 'skipped', 'done' or
-  'failed'. A record with another command raises MatrixError."""
+def same_command(argv: list[str], workdir: str, label: str) -> dict | None:
+  """The workdir's record (None if none); MatrixError if it holds another command."""
   record = read_record(workdir)
   if record is not None and record["argv"] != argv:
     raise MatrixError(f"{label}: {workdir}/{RECORD} holds another command ({record['argv']}); "
                       "use another --root")
+  return record
+
+
+def run_one(argv: list[str], workdir: str, label: str, launcher: Launcher,
+            clock: Callable[[], float] = time.monotonic) -> str:
+  """Launches one run unless its record says it finished; returns 'skipped', 'done' or
+  'failed'. A record with another command raises MatrixError."""
+  record = same_command(argv, workdir, label)
   if record is not None and record["done"]:
     print(f"{label}: finished before, skipped", flush=True)
     return "skipped"
@@ -223,11 +229,12 @@ def main(argv: Sequence[str] | None = None, launcher: Launcher = subprocess_laun
   try:
     args.config = resolve_config(args.config)
     runs = plan(args, extra)
-    for label, _, run_argv in runs:
+    for label, workdir, run_argv in runs:  # every run checked before any starts
       if args.dry_run:
         print(shlex.join(["python", "launch/tpu_run.py", *run_argv]))
       else:
         check_args(run_argv, label)
+        same_command(run_argv, workdir, label)
     if args.dry_run:
       return 0
     start = time.monotonic()

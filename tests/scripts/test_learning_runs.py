@@ -102,6 +102,8 @@ def test_skips_finished_runs_and_resumes_interrupted_ones(tmp_path, capsys):
   assert (root / "learning.png").exists() and (root / "learning.md").exists()
   third = FakeLauncher()
   assert runs.main(_args(root, "--no-report"), third) == 0 and third.calls == []
+  for seed in (0, 1):  # the first runs could start: the check of the grpo records comes first
+    (root / "spade" / f"seed{seed}" / runs.RECORD).unlink()
   assert runs.main(_args(root, "--steps", "3"), third) == 2  # another command in that workdir
   assert "holds another command" in capsys.readouterr().err and third.calls == []
 
