@@ -28,7 +28,8 @@ TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (
     "curriculum/valid_rate", "curriculum/designed_envs", "curriculum/replayed_envs",
     "curriculum/learnable_share", "curriculum/learnable_share_step", "curriculum/regret_mean",
-    "curriculum/diversity_vendi",
+    "curriculum/diversity_vendi", "curriculum/diversity_vendi_per_n",
+    "curriculum/envs_without_regret", "train/agent/clip_fraction",
     "curriculum/reward_levels", "curriculum/formula_reveal_rate", "agent/return_no_hint",
     "agent/return_hint", "train/loss", "train/kl", "train/logprob_gap", "time/generate_s",
     "time/sandbox_s", "time/train_s")
@@ -66,8 +67,9 @@ def smoke_runs(tmp_path_factory):
   corpus = tmp_path_factory.mktemp("corpus") / "passages.txt"
   corpus.write_text("Ohm's law: V = I R.\n\nA lever balances when m1 d1 = m2 d2.\n")
   # The smoke config, shrunk further so that three steps fit the test budget; k=4 keeps step 3
-  # inside the first window (no second generation, no designer update: `make smoke` and the
-  # self-play tests cover those).
+  # inside the first window (no second generation: `make smoke` and the self-play tests cover
+  # it). The first launch's last step, 2, trains the window's designs (smoke.py's "two_level"
+  # keeps rows for the random model's invalid designs); the resumed step 3 has none left.
   overrides = [f"--config.corpus.paths=('{corpus}',)", "--config.selfplay.num_envs=2",
                "--config.selfplay.k=4",
                "--config.selfplay.max_turns=2", "--config.selfplay.memory.sample_size=0",
@@ -109,6 +111,9 @@ def test_every_tag_written_each_step(smoke_runs):
     # The paper's learnable share is per 16-step window: written when one closes or at the end.
     assert first["scalars"][tag] == ([2] if tag == "curriculum/learnable_share" else [1, 2]), tag
   assert "envs/0" in first["scalars"] and "rollouts/no_hint" in first["scalars"]
+  # Designer rows only at the last step: the last refresh's designs are not wasted.
+  assert first["scalars"]["train/designer/loss_tokens"] == [2]
+  assert smoke_runs[1]["scalars"]["train/designer/loss_tokens"] == [2]  # none left for 3
 
 
 def test_every_stage_runs_for_real(smoke_runs):
