@@ -12,8 +12,8 @@ designs get a row, with which reward, in which group, and with which additive ad
   two_level  every design gets a row; the advantage is validity_weight * z(valid) over the
              refresh's designs plus the regret normalised among the valid designs only (the
              invalid rows, at `invalid_designer_reward`, sit in a group of their own with
-             equal rewards, so that part is 0 for them). Regret differences keep their full weight and an all-invalid refresh
-             still says nothing (z of a constant is 0).
+             equal rewards, so that part is 0 for them). Regret differences keep their full
+             weight and an all-invalid refresh still says nothing (z of a constant is 0).
 
 A valid design whose environment has no regret (an arm without a playable episode) never gets
 a row in any mode. With `designer_group_by_category` the group is (refresh, category) instead

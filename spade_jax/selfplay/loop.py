@@ -31,8 +31,8 @@ from typing import Any
 
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.selfplay import batching, designer, regret
-from spade_jax.selfplay.designer_advantage import designer_targets
 from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.designer_advantage import designer_targets
 from spade_jax.selfplay.episodes import Episode, EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 from spade_jax.selfplay.record import ARMS, EnvReport, StepRecord

@@ -202,12 +202,14 @@ def test_hint_arm_trains_the_agent_when_asked_and_ema_reward_switch():
 
 
 class HintArmInfraFailures(FakePool):
-  """Every reset of a hint-arm episode fails with an infrastructure error."""
+  """Every reset of a hint-arm episode fails with an infrastructure error (`kind`)."""
+
+  kind = "infra"
 
   def reset(self, episodes):
     ok = [e for e in episodes if e[0][2] != "hint"]
     records = dict(zip([e[0] for e in ok], super().reset(ok), strict=True))
-    return [records.get(e[0]) or EnvStep("", error_kind="infra", error_detail="no worker")
+    return [records.get(e[0]) or EnvStep("", error_kind=self.kind, error_detail="no worker")
             for e in episodes]
 
 

@@ -4,11 +4,9 @@ age, and unplayable hinted episodes left out of the regret. Same scripted polici
 test_loop.py: slot 0 writes a valid environment, slot 1 prose; the hint arm always wins."""
 
 import pytest
-from test_loop import TOK, designer_rows, make_loop, run
+from test_loop import TOK, HintArmInfraFailures, designer_rows, make_loop, run
 
 from spade_jax.engine.api import SamplingParams
-from spade_jax.sandbox.api import EnvStep
-from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay import prompts
 from spade_jax.selfplay.chat import ChatFormatter
 
@@ -45,14 +43,10 @@ def test_the_last_step_trains_the_last_refresh_and_reports_the_behaviour_age():
   assert loop.state_dict()["updates"] == 4
 
 
-class HintResetFails(FakePool):
+class HintResetFails(HintArmInfraFailures):
   """Every hint-arm reset fails as the environment's own error (not infrastructure)."""
 
-  def reset(self, episodes):
-    ok = [e for e in episodes if e[0][2] != "hint"]
-    records = dict(zip([e[0] for e in ok], super().reset(ok), strict=True))
-    return [records.get(e[0]) or EnvStep("", error_kind="exception", error_detail="boom")
-            for e in episodes]
+  kind = "exception"
 
 
 def _prompt_len(hint):
