@@ -45,7 +45,9 @@ def get_config() -> ConfigDict:
   c.rl.beta = 0.01  # KL to the initial policy (k3 estimator): the paper's regularised GRPO
   c.rl.kl_estimator = "k3"  # unbiased, non-negative, low variance; beta = 0 turns KL off
   c.rl.role_balance = True  # designer / agent shares of the loss set here, not by token counts
-  c.rl.designer_loss_share = 0.2  # a fifth: 24 designer rows a refresh beside 384 episodes
+  # A fifth: at most 24 designer rows a refresh (valid designs only, "discard") beside the 192
+  # no-hint episodes trained each step (384 are played; the hint arm only measures regret).
+  c.rl.designer_loss_share = 0.2
   c.rl.micro_batch_size = 32  # rows per accumulation micro-batch
   c.corpus.paths = ()  # built-in science-docs corpus (the paper's is a 15k-document collection)
   c.train.num_steps = 400  # paper: 400 rollouts

@@ -6,15 +6,17 @@ Expected: under 10 minutes on a 2-core CPU machine, most of it compiling the eng
 and the train step (bench/RESULTS.md has the measured wall time).
 
 Every stage runs for real. The designer writes (a random model writes nothing valid, so the
-validator rejects every design and the designer rows carry the invalid reward); the set is
+validator rejects every design; `designer_advantage = "two_level"` still gives each invalid
+design a row, at the invalid reward, so designer rows reach the update); the set is
 topped up with replays from the library, which here is the dense-reward probe environment
 (`selfplay.library = "probe"`, envs/probe: reward = share of vowels in each answer) in
 every skill; the agent's whole reply is its action (`action_format = "{}"`), so every episode
 steps the environment in the sandbox and earns a varied return; advantages are non-zero,
 so the update has a loss, and `rl.beta > 0` adds the KL to the reference (0 at step 1, when
 policy and reference are equal; non-zero afterwards). With k=2 the set is refreshed at steps
-1 and 3 and the designer samples of step 1 are trained at step 3 (the k-step delay). A
-checkpoint is written after every step.
+1 and 3 and the designer samples of step 1 are trained at step 3 (the k-step delay), as are
+those of step 3, the last step (no refresh's designs go untrained). A checkpoint is written
+after every step.
 """
 
 from ml_collections import ConfigDict
@@ -37,6 +39,11 @@ def get_config() -> ConfigDict:
   c.selfplay.library = "probe"  # dense-reward probe in every skill: varied returns from step 1
   c.selfplay.action_format = "{}"  # the whole reply is the action: every episode steps its env
   c.selfplay.memory.sample_size = 1  # one memory entry in the designer prompt (short prompt)
+  # Not the paper's "discard" (the default): a random model writes no valid design, so
+  # "discard" would leave the trainer's designer rows unexercised. "two_level" keeps a row per
+  # invalid design (its group and validity term are the most code on that path); with every
+  # design invalid their advantage is 0, as "penalty"'s would be.
+  c.selfplay.designer_advantage = "two_level"
   c.sampling.designer = {"max_new_tokens": 64, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.sampling.agent = {"max_new_tokens": 16, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.engine.num_slots = 8  # conversations decoded together

@@ -70,7 +70,12 @@ def base_config() -> ConfigDict:
   c.selfplay.max_turns = sp.max_turns  # framework cap on episode length (the env's may be less)
   c.selfplay.action_format = sp.action_format  # agent action wrapper; {} = the action
   c.selfplay.designer_reward = sp.designer_reward  # or "ema_learning_potential" (regret.py)
-  c.selfplay.invalid_designer_reward = sp.invalid_designer_reward  # below any regret (>= -1)
+  # "discard" (the paper), "penalty" or "two_level": how invalid designs enter the designer's
+  # advantage (selfplay/designer_advantage.py, docs/selfplay.md).
+  c.selfplay.designer_advantage = sp.designer_advantage
+  c.selfplay.designer_group_by_category = sp.designer_group_by_category  # group per category
+  c.selfplay.invalid_designer_reward = sp.invalid_designer_reward  # "penalty": below any regret
+  c.selfplay.validity_weight = sp.validity_weight  # "two_level": weight of the validity term
   c.selfplay.use_corpus = sp.use_corpus  # ground each designer prompt in a corpus passage
   c.selfplay.use_memory = sp.use_memory  # show the designer a sample of the environment memory
   c.selfplay.train_designer = sp.train_designer  # False = frozen designer (no designer gradient)

@@ -169,7 +169,7 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
           f"(memory {len(loop.memory)} environments)", flush=True)
     record = None
     while loop.step_index < num_steps:
-      record = loop.step()
+      record = loop.step(final=loop.step_index + 1 == num_steps)  # last: train pending designs
       logger.observe(record)  # the windowed learnable share counts every step
       if not record.train_metrics:  # no valid environment and no designer sample came due
         print(f"step {record.step}: no samples, no update (designer valid "

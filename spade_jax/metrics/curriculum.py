@@ -15,10 +15,14 @@ of the arm (returns lie in [0, 1]; for 0/1 rewards it is the share of wins).
   environments weighted by their number, with unfilled capacity counting as zero
   (`LearnableWindow`; written at window ends and at the last step).
 * learnable_share_step: the same for one step alone.
-* regret_mean: mean over environments of win_rate(hint) - win_rate(no hint).
+* regret_mean: mean over environments of win_rate(hint) - win_rate(no hint), over the
+  environments that have a regret; envs_without_regret counts those that have none (an arm
+  without a playable episode: not scored 0), unplayable_episodes the episodes left out.
 * diversity_vendi: Vendi score / n of the active set's sources on the fixed TF-IDF+LSA-128
-  embedding; diversity_vendi_embedding: the same on a sentence-embedding model when one is
-  configured (see vendi.py).
+  embedding, n = environments played (per valid environment); diversity_vendi_per_n: the
+  same Vendi score over n = the step's environment budget (config.selfplay.num_envs, the
+  paper's 24), so unfilled slots count as no diversity; *_embedding: the same on a
+  sentence-embedding model when one is configured (see vendi.py).
 * difficulty_mean: mean difficulty level of the environments played (Fixed-env RLVE only).
 * reward_levels: mean over environments of the number of distinct per-turn reward values seen
   in the step's episodes (both arms, rounded to 1e-6); partial_reward_levels counts only the
@@ -140,6 +144,10 @@ def step_metrics(record: StepRecord, embedder=None) -> dict[str, float]:
       "curriculum/learnable_share_step": learnable_count(record) / record.num_envs,
       "curriculum/regret_mean": _nan_if_none(record.regret_mean()),
       "curriculum/diversity_vendi": vendi.vendi_per_n([e.source for e in envs]),
+      "curriculum/diversity_vendi_per_n": vendi.vendi_per_n([e.source for e in envs],
+                                                            n=record.num_envs),
+      "curriculum/envs_without_regret": float(record.envs_without_regret),
+      "curriculum/unplayable_episodes": float(record.unplayable_episodes),
       "curriculum/reward_levels": _mean([reward_levels(e) for e in envs]),
       "curriculum/partial_reward_levels": _mean([reward_levels(e, True) for e in envs]),
       "curriculum/formula_reveal_rate": _mean(
@@ -152,6 +160,8 @@ def step_metrics(record: StepRecord, embedder=None) -> dict[str, float]:
       "agent/win_rate_hint": _nan_if_none(record.mean_win_rate("hint")),
       "designer/samples": float(record.designer_samples),
       "designer/reward_mean": _mean(record.designer_rewards),
+      "designer/regret_valid_mean": _mean(record.designer_regrets),
+      "designer/without_regret": float(record.designs_without_regret),
   }
   levels = [e.difficulty for e in envs if e.difficulty is not None]
   if levels:  # Fixed-env RLVE: where the adaptive windows stand
@@ -159,6 +169,8 @@ def step_metrics(record: StepRecord, embedder=None) -> dict[str, float]:
   if embedder is not None:
     out["curriculum/diversity_vendi_embedding"] = vendi.vendi_per_n(
         [e.source for e in envs], embedder)
+    out["curriculum/diversity_vendi_per_n_embedding"] = vendi.vendi_per_n(
+        [e.source for e in envs], embedder, n=record.num_envs)
   if record.valid_rate is not None:
     out["curriculum/valid_rate"] = record.valid_rate
   for reason, count in record.designer_invalid_reasons.items():

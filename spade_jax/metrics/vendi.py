@@ -3,7 +3,8 @@
 Vendi score (Friedman & Dieng, 2023) is the exponential of the Shannon entropy of the
 eigenvalues of K / n, K a similarity kernel with unit diagonal: the "effective number" of
 distinct items. Divided by n it lies in [1/n, 1]: 1/n for n identical sources, 1 for
-mutually orthogonal ones.
+mutually orthogonal ones. `vendi_per_n(sources, n=...)` divides by another n: the metrics
+report it over the step's environment budget too (the paper's convention, docs/metrics.md).
 
 Two embeddings, as in the paper's appendix I:
 * `TfidfLsa` (always on): sublinear TF-IDF over code tokens (identifiers, numbers, single
@@ -11,9 +12,11 @@ Two embeddings, as in the paper's appendix I:
   and projection are fitted ONCE on a fixed reference set (`reference_embedder()`: the seed
   library's sources cut into method-sized chunks), so the embedding of a source does not
   depend on which other sources share its step and values compare across steps and runs.
-  Tokens the reference never saw get the largest IDF (as rare as can be) and are hashed into
-  OOV_BUCKETS extra coordinates beside the LSA ones, so sources made of new words are neither
-  zero vectors nor all alike; rows are then L2-normalised.
+  Tokens the reference never saw get the largest IDF (as rare as can be) and one coordinate
+  EACH beside the LSA ones (the unknown tokens of the sources embedded together, sorted): two
+  sources share an unknown coordinate only when they share that very token, so new
+  environments are neither zero vectors nor made alike by hash collisions, and the cosine of
+  two sources does not depend on what else is embedded with them; rows are L2-normalised.
 * `SentenceEmbedder` (optional): a local sentence-transformers model
   (`config.metrics.embedding_model`, e.g. a copy of all-MiniLM-L6-v2), unit-normalised.
 K is the cosine kernel of the embeddings. Numpy only, except the optional model.
@@ -25,7 +28,6 @@ import collections
 import functools
 import math
 import re
-import zlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,7 +37,6 @@ from spade_jax.envs.library import load_seed_library
 _TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:\.\d+)?|[^\sA-Za-z0-9_]")
 _CHUNK_START = re.compile(r"^(?=[ \t]*(?:def|class) )", re.MULTILINE)
 LSA_DIMS = 128
-OOV_BUCKETS = 64
 
 
 def tokenize(text: str) -> list[str]:
@@ -43,19 +44,18 @@ def tokenize(text: str) -> list[str]:
   return [t.lower() for t in _TOKEN.findall(text)]
 
 
-def oov_bucket(token: str) -> int:
-  return zlib.crc32(token.encode()) % OOV_BUCKETS
-
-
 def _sublinear_tf(docs: Sequence[str], index: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
-  """1 + log(count): [n, V] for in-vocabulary tokens, [n, OOV_BUCKETS] hashed for the rest."""
-  tf, oov = np.zeros((len(docs), len(index))), np.zeros((len(docs), OOV_BUCKETS))
-  for i, doc in enumerate(docs):
-    for token, count in collections.Counter(tokenize(doc) or ["<empty>"]).items():
+  """1 + log(count): [n, V] for in-vocabulary tokens, [n, U] for the U unknown ones."""
+  counts = [collections.Counter(tokenize(doc) or ["<empty>"]) for doc in docs]
+  unknown = sorted({t for c in counts for t in c if t not in index})
+  oov_index = {t: j for j, t in enumerate(unknown)}
+  tf, oov = np.zeros((len(docs), len(index))), np.zeros((len(docs), len(unknown)))
+  for i, doc_counts in enumerate(counts):
+    for token, count in doc_counts.items():
       if token in index:
         tf[i, index[token]] = 1.0 + math.log(count)
       else:
-        oov[i, oov_bucket(token)] += 1.0 + math.log(count)
+        oov[i, oov_index[token]] = 1.0 + math.log(count)
   return tf, oov
 
 
@@ -81,14 +81,14 @@ class TfidfLsa:
     return self.components.shape[0]
 
   def tfidf(self, docs: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """[n, V] TF-IDF rows and [n, OOV_BUCKETS] hashed unknown tokens, jointly L2-normalised."""
+    """[n, V] TF-IDF rows and [n, U] rows of the U unknown tokens, jointly L2-normalised."""
     tf, oov = _sublinear_tf(docs, self.index)
     x, y = tf * self.idf, oov * self.oov_idf
     norm = np.sqrt((x * x).sum(axis=1) + (y * y).sum(axis=1))[:, None]
     return x / norm, y / norm
 
   def embed(self, docs: Sequence[str]) -> np.ndarray:
-    """[n, k + OOV_BUCKETS] unit rows: LSA coordinates, then the hashed unknown tokens."""
+    """[n, k + U] unit rows: LSA coordinates, then one per unknown token of `docs`."""
     x, oov = self.tfidf(docs)
     return _unit_rows(np.concatenate([x @ self.components.T, oov], axis=1))
 
@@ -134,9 +134,12 @@ def vendi_score(embeddings: np.ndarray) -> float:
   return float(np.exp(-np.sum(lam * np.log(lam))))
 
 
-def vendi_per_n(sources: Sequence[str], embedder=None) -> float:
-  """Vendi score / n of the sources' embeddings (default: `reference_embedder()`); nan if none."""
+def vendi_per_n(sources: Sequence[str], embedder=None, n: int | None = None) -> float:
+  """Vendi score / n of the sources' embeddings (default: `reference_embedder()`); nan if none.
+
+  n defaults to len(sources); the step metrics also pass the step's environment budget.
+  """
   if not sources:
     return float("nan")
   embedder = embedder or reference_embedder()
-  return vendi_score(embedder.embed(sources)) / len(sources)
+  return vendi_score(embedder.embed(sources)) / (len(sources) if n is None else n)

@@ -4,7 +4,8 @@ Rows that share a prompt form a group; each row's advantage compares its reward 
 the other rows of its group. Groups are keyed by (role, group_id), so designer and agent
 samples are never normalised together, and each role's advantages are then scaled by
 its weight from the config (the two signals stay on comparable scales, and a weight
-of 0 switches a role's gradient off).
+of 0 switches a role's gradient off). Optional per-row `offsets` are added after the group
+normalisation and before the role weight.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ ADVANTAGE_ESTIMATORS: dict[str, Callable[..., np.ndarray]] = {
 def compute_advantages(rewards: np.ndarray, group_ids: np.ndarray, roles: np.ndarray, *,
                        estimator: str = "grpo", bessel: bool = False, eps: float = 1e-6,
                        role_weights: dict[int, float] | None = None,
+                       offsets: np.ndarray | None = None,
                        ) -> tuple[np.ndarray, dict[str, float]]:
   """Returns per-row advantages [B] float32 (role weight applied) and per-role stats."""
   rewards = np.asarray(rewards, np.float64)
@@ -70,6 +72,8 @@ def compute_advantages(rewards: np.ndarray, group_ids: np.ndarray, roles: np.nda
   for g in range(inverse.max() + 1 if rewards.size else 0):
     rows = np.flatnonzero(inverse.reshape(-1) == g)
     adv[rows] = fn(rewards[rows], bessel=bessel, eps=eps)
+  if offsets is not None:
+    adv += np.asarray(offsets, np.float64)
   stats = {}
   for role, name in ROLE_NAMES.items():
     rows = roles == role

@@ -85,6 +85,7 @@ def _at_positions(values: jax.Array, positions: jax.Array, length: int) -> jax.A
 
 def grpo_token_loss(logp: jax.Array, behaviour_logp: jax.Array, ref_logp: jax.Array | None,
                     advantages: jax.Array, loss_mask: jax.Array, cfg: RLConfig,
+                    tis_rows: jax.Array | None = None,
                     ) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Per-token clipped-ratio loss plus beta * KL; zero off the loss mask.
 
@@ -93,16 +94,21 @@ def grpo_token_loss(logp: jax.Array, behaviour_logp: jax.Array, ref_logp: jax.Ar
   and w_t = 1. With it: r_t = exp(logp_t - prox_t) against the trainer's own log-probs
   prox_t = stop_gradient(logp_t), and w_t = min(exp(prox_t - behaviour_logp_t), tis_cap),
   detached: the rollout/train mismatch enters as a bounded weight, not through the clip
-  (verl's rollout correction, slime's --use-tis). Returns the loss [B, T] and per-token
-  terms (kl, clipped, gap, ratio, truncated) that the step turns into metrics.
+  (verl's rollout correction, slime's --use-tis). `tis_rows` [B] bool limits TIS to those
+  rows (the agent's, sampled by the current policy: their gap is engine vs trainer); the
+  others (the designer's, sampled k updates back) keep the plain clipped ratio against their
+  behaviour log-probs, which bounds their staleness (docs/rl.md). None: every row. Returns
+  the loss [B, T] and per-token terms (kl, clipped, gap, ratio, truncated) for the metrics.
   """
   mask = loss_mask > 0  # [B, T]
   # pi_train / pi_rollout per token: the mismatch the engine's sampling left.
   mismatch = _ratio(jnp.where(mask, jax.lax.stop_gradient(logp) - behaviour_logp, 0.0))
   if cfg.tis_cap > 0:
-    ratio = _ratio(jnp.where(mask, logp - jax.lax.stop_gradient(logp), 0.0))  # 1, with grad
-    weight = jnp.minimum(mismatch, cfg.tis_cap)
-    truncated = mask & (mismatch > cfg.tis_cap)
+    tis = mask if tis_rows is None else mask & tis_rows[:, None]  # [B, T]
+    ratio = _ratio(jnp.where(tis, logp - jax.lax.stop_gradient(logp),  # 1, with grad
+                             jnp.where(mask, logp - behaviour_logp, 0.0)))
+    weight = jnp.where(tis, jnp.minimum(mismatch, cfg.tis_cap), 1.0)
+    truncated = tis & (mismatch > cfg.tis_cap)
   else:
     ratio = _ratio(jnp.where(mask, logp - behaviour_logp, 0.0))
     weight = 1.0

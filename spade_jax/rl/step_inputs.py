@@ -90,6 +90,7 @@ def prepare_batch(batch: TrainBatch, advantages: np.ndarray, weights: np.ndarray
                                 0, np.float32),
       "weights": pad(weights, 0, np.float32),
       "advantages": pad(advantages, 0, np.float32),
+      "roles": pad(batch.roles, 0, np.int32),  # padding rows: no loss tokens, role unused
   }
   if chunk is not None:
     loss = arrays["loss_mask"]

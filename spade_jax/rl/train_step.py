@@ -9,9 +9,15 @@ with explicit in/out shardings (taken from the model's parameter shardings) and 
   tokens, attention_mask      [M, mb, T] int32
   loss_mask, behaviour_logprobs, weights  [M, mb, T] float32 (weights: aggregation.py)
   advantages                  [M, mb] float32
+  roles (optional)            [M, mb] int32: AGENT / DESIGNER (absent: every row the agent's)
   positions (optional)        [M, mb, L] int32: where logits are needed (step_inputs.py)
 Micro-batches run in a `lax.scan` that sums gradients; because the token weights are
 normalised over the whole batch, the sum is exactly the full-batch gradient.
+
+Metrics are pooled over both roles and also split per role ("agent/...", "designer/..."):
+designer rows carry behaviour log-probs from k updates back, so their ratio and gap measure
+staleness, the agent's measure the engine/trainer mismatch. With `tis_cap > 0` only agent
+rows get truncated importance sampling; designer rows keep the clipped ratio (docs/rl.md).
 """
 
 from __future__ import annotations
@@ -23,13 +29,19 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from spade_jax.rl.advantages import ROLE_NAMES
+from spade_jax.rl.batch import AGENT
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_token_loss, token_logprobs
 
-# Metrics summed over micro-batches; `_finalise` turns them into means.
-_SUM_KEYS = ("loss", "loss_tokens", "kl_sum", "entropy_sum", "clipped_sum", "gap_sum",
-             "ratio_sum", "truncated_sum")
-_MAX_KEYS = ("gap_max", "ratio_max")  # maxima over micro-batches
+# Per-token terms summed (and maximised) over loss tokens, pooled and per role.
+_TERM_SUMS = ("kl", "clipped", "gap", "ratio", "truncated")
+_TERM_MAXES = ("gap", "ratio")
+_PREFIXES = ("", *(f"{name}/" for name in ROLE_NAMES.values()))
+# Metrics summed over micro-batches; `_finalise` turns them into means. "*_max": maxima.
+_SUM_KEYS = ("loss", "entropy_sum", *(f"{p}{k}" for p in _PREFIXES
+                                      for k in ("loss_tokens", *(f"{t}_sum" for t in _TERM_SUMS))))
+_MAX_KEYS = tuple(f"{p}{t}_max" for p in _PREFIXES for t in _TERM_MAXES)
 
 
 def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
@@ -39,23 +51,22 @@ def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
   logp, entropy = token_logprobs(model, mb["tokens"], mb["attention_mask"],
                                  chunk=cfg.logprob_chunk, temperature=cfg.temperature,
                                  remat=cfg.logprob_remat, positions=mb.get("positions"))
+  mask = mb["loss_mask"] > 0  # [mb, T]
+  roles = mb.get("roles", jnp.full(mask.shape[:1], AGENT, jnp.int32))  # [mb]
   per_token, terms = grpo_token_loss(logp, mb["behaviour_logprobs"], ref_logp,
-                                     mb["advantages"], mb["loss_mask"], cfg)
-  mask = mb["loss_mask"] > 0
+                                     mb["advantages"], mb["loss_mask"], cfg,
+                                     tis_rows=roles == AGENT)
   loss = jnp.sum(mb["weights"] * per_token)
-  gap, ratio = jax.lax.stop_gradient(terms["gap"]), terms["ratio"]
-  sums = {
-      "loss": loss,
-      "loss_tokens": jnp.sum(mask.astype(jnp.float32)),
-      "kl_sum": jnp.sum(terms["kl"]),
-      "entropy_sum": jnp.sum(jnp.where(mask, entropy, 0.0)),
-      "clipped_sum": jnp.sum(terms["clipped"]),
-      "gap_sum": jnp.sum(gap),
-      "gap_max": jnp.max(gap),
-      "ratio_sum": jnp.sum(ratio),
-      "ratio_max": jnp.max(ratio),
-      "truncated_sum": jnp.sum(terms["truncated"]),
-  }
+  terms = jax.tree.map(jax.lax.stop_gradient, terms)  # zero off the loss mask
+  sums = {"loss": loss, "entropy_sum": jnp.sum(jnp.where(mask, entropy, 0.0))}
+  selections = {"": mask, **{f"{name}/": mask & (roles == role)[:, None]
+                             for role, name in ROLE_NAMES.items()}}
+  for prefix, sel in selections.items():
+    sums[f"{prefix}loss_tokens"] = jnp.sum(sel.astype(jnp.float32))
+    for t in _TERM_SUMS:
+      sums[f"{prefix}{t}_sum"] = jnp.sum(jnp.where(sel, terms[t], 0.0))
+    for t in _TERM_MAXES:
+      sums[f"{prefix}{t}_max"] = jnp.max(jnp.where(sel, terms[t], 0.0))
   return loss, jax.tree.map(jax.lax.stop_gradient, sums)
 
 
@@ -81,7 +92,7 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
     (_, mb_sums), mb_grads = jax.value_and_grad(_micro_loss, has_aux=True)(
         params, ref_logp, rest, mb, graphdef=graphdef, cfg=cfg)
     grads = jax.tree.map(jnp.add, grads, mb_grads)
-    sums = {k: (jnp.maximum(sums[k], v) if k in _MAX_KEYS else sums[k] + v)
+    sums = {k: (jnp.maximum(sums[k], v) if k.endswith("_max") else sums[k] + v)
             for k, v in mb_sums.items()}
     return (grads, sums), None
 
@@ -95,18 +106,20 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
 
 
 def _finalise(sums: dict[str, jax.Array], grad_norm: jax.Array) -> dict[str, jax.Array]:
-  tokens = jnp.maximum(sums["loss_tokens"], 1.0)
-  return {
-      "loss": sums["loss"],
-      "kl": sums["kl_sum"] / tokens,
-      "entropy": sums["entropy_sum"] / tokens,
-      "clip_fraction": sums["clipped_sum"] / tokens,
-      "logprob_gap_mean": sums["gap_sum"] / tokens,
-      "logprob_gap_max": sums["gap_max"],
-      # pi_train / pi_rollout on loss tokens, and the share truncated at tis_cap.
-      "importance_ratio_mean": sums["ratio_sum"] / tokens,
-      "importance_ratio_max": sums["ratio_max"],
-      "tis_truncated_fraction": sums["truncated_sum"] / tokens,
-      "grad_norm": grad_norm,
-      "loss_tokens": sums["loss_tokens"],
-  }
+  """Pooled metrics, then the same per role under "agent/" and "designer/"."""
+  out = {"loss": sums["loss"], "grad_norm": grad_norm,
+         "entropy": sums["entropy_sum"] / jnp.maximum(sums["loss_tokens"], 1.0)}
+  for p in _PREFIXES:
+    tokens = jnp.maximum(sums[f"{p}loss_tokens"], 1.0)
+    out.update({
+        f"{p}kl": sums[f"{p}kl_sum"] / tokens,
+        f"{p}clip_fraction": sums[f"{p}clipped_sum"] / tokens,
+        f"{p}logprob_gap_mean": sums[f"{p}gap_sum"] / tokens,
+        f"{p}logprob_gap_max": sums[f"{p}gap_max"],
+        # pi_train / pi_rollout on loss tokens, and the share truncated at tis_cap.
+        f"{p}importance_ratio_mean": sums[f"{p}ratio_sum"] / tokens,
+        f"{p}importance_ratio_max": sums[f"{p}ratio_max"],
+        f"{p}tis_truncated_fraction": sums[f"{p}truncated_sum"] / tokens,
+        f"{p}loss_tokens": sums[f"{p}loss_tokens"],
+    })
+  return out

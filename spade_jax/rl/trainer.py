@@ -34,7 +34,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from spade_jax.model.load import write_model_config
 from spade_jax.model.sharding import state_shardings
-from spade_jax.rl.advantages import compute_advantages
+from spade_jax.rl.advantages import ROLE_NAMES, compute_advantages
 from spade_jax.rl.aggregation import token_weights
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
@@ -117,6 +117,9 @@ class Trainer:
           self.params, self.opt_state, self.ref_params, self._rest, arrays)
     nnx.update(self.policy, params)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+    for role in ROLE_NAMES.values():  # a role without rows this step reports nothing
+      if metrics[f"{role}/loss_tokens"] == 0:
+        metrics = {k: v for k, v in metrics.items() if not k.startswith(f"{role}/")}
     metrics["learning_rate"] = float(self._schedule(self.step))
     self.step += 1
     return {**metrics, **stats}
@@ -133,7 +136,8 @@ class Trainer:
     adv, stats = compute_advantages(
         batch.rewards, batch.group_ids, batch.roles, estimator=self.cfg.adv_estimator,
         bessel=self.cfg.adv_std_bessel, eps=self.cfg.adv_eps,
-        role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight})
+        role_weights={AGENT: self.cfg.agent_weight, DESIGNER: self.cfg.designer_weight},
+        offsets=batch.advantage_offsets)
     weights = token_weights(batch.loss_mask, self.cfg.loss_agg, batch.roles,
                             self.cfg.designer_loss_share if self.cfg.role_balance else None)
     chunk = self.cfg.logprob_chunk if self.cfg.logprob_positions == "loss" else None

@@ -2,12 +2,14 @@
 
 Groups (advantages are normalised within a group, separately per role by the trainer):
   * agent: the G episodes of one environment and one arm at one step, reward = return;
-  * designer: every designer sample of one refresh, reward = its delayed designer reward.
+  * designer: the designer samples of one refresh (or refresh and category), reward = the
+    delayed designer reward; which designs get a row, and a two-level advantage term, follow
+    `selfplay.designer_advantage` (selfplay/designer_advantage.py).
 Only tokens the policy sampled carry loss: agent replies (not the prompt, observations or
 template tokens between turns) and the designer's output (not its prompt).
 
 Episodes dropped for sandbox infrastructure errors never enter the batch; nor do episodes
-without a sampled token (reset failed) or designer samples whose reward is None.
+without a sampled token (reset failed, prompt too long) or designs without a measured regret.
 Whether hint-arm episodes train the agent is `train_agent_on_hint_arm` (docs/selfplay.md).
 """
 
@@ -19,8 +21,8 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
+from spade_jax.selfplay.designer_advantage import DesignerTarget
 from spade_jax.selfplay.episodes import Episode
-from spade_jax.selfplay.schedule import ScoredDesign
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +35,7 @@ class Sample:
   reward: float
   group: str
   role: int
+  offset: float = 0.0  # added to the group-normalised advantage (designer_advantage.py)
 
 
 def agent_samples(episodes: Iterable[Episode], step: int,
@@ -48,18 +51,16 @@ def agent_samples(episodes: Iterable[Episode], step: int,
   return out
 
 
-def designer_samples(scored: Iterable[ScoredDesign]) -> list[Sample]:
+def designer_samples(targets: Iterable[DesignerTarget]) -> list[Sample]:
   out = []
-  for item in scored:
-    if item.reward is None:
-      continue
+  for item in targets:
     d = item.design
     n_out = len(d.tokens) - d.prompt_len
     if n_out <= 0:
       continue
     out.append(Sample(list(d.tokens), [0] * d.prompt_len + [1] * n_out,
                       [0.0] * d.prompt_len + list(d.logprobs), float(item.reward),
-                      f"designer/{d.refresh_step}", DESIGNER))
+                      item.group, DESIGNER, item.offset))
   return out
 
 
@@ -87,4 +88,5 @@ def build_train_batch(samples: Sequence[Sample], pad_id: int) -> TrainBatch:
       tokens=tokens, attention_mask=attention, loss_mask=loss, behaviour_logprobs=logprobs,
       rewards=np.array([s.reward for s in samples], np.float32),
       group_ids=np.array([groups[s.group] for s in samples], np.int32),
-      roles=np.array([s.role for s in samples], np.int32))
+      roles=np.array([s.role for s in samples], np.int32),
+      advantage_offsets=np.array([s.offset for s in samples], np.float32))

@@ -12,8 +12,8 @@ dropped first (`replies.visible_text`, the agent's rule too).
   no_hint / multiple_hints / empty_hint
 
 Outputs that parse are validated in the sandbox in one batched call; a failed validation
-is counted as "sandbox/<rule>". Every invalid output keeps its tokens: it is trained with
-`invalid_designer_reward` (see docs/selfplay.md for the default and why).
+is counted as "sandbox/<rule>". Every invalid output keeps its tokens; whether it becomes a
+designer row is `selfplay.designer_advantage` (designer_advantage.py; docs/selfplay.md).
 """
 
 from __future__ import annotations

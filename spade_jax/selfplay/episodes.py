@@ -22,8 +22,10 @@ agent would learn to shotgun answers.
 
 Truncation: an episode ends after min(config max_turns, the environment's own max_turns)
 replies, or when the engine's cache for it is full. An episode whose first prompt does not
-fit the cache is not played: it ends at once with return 0 (error "prompt_too_long"), as
-the environment's own failure (its first observation is too long).
+fit the cache is not played (error "prompt_too_long"), nor is one whose reset failed without
+an infrastructure fault: both are *unplayable*, left out of their arm's mean rather than
+scored 0. A hint lengthens the prompt, so near the cache limit the hint arm would otherwise
+read as the environment's failure (a regret of minus the no-hint mean).
 
 Sandbox infrastructure errors DROP the episode (it is reported, never scored); the
 environment's own errors (exception, timeout, crash, bad output) end it with the rewards it
@@ -68,8 +70,14 @@ class Episode:
   terminated: bool = False
   truncated: bool = False
   dropped: bool = False  # sandbox infrastructure error: never scored
+  unplayable: bool = False  # never started (prompt too long, reset failed): never scored
   error_kind: str | None = None
   error_detail: str = ""
+
+  @property
+  def playable(self) -> bool:
+    """Counts in its arm's mean: it started and no infrastructure fault dropped it."""
+    return not (self.dropped or self.unplayable)
 
   @property
   def episode_return(self) -> float:
@@ -127,7 +135,7 @@ class _Runner:
       records = self.pool.reset([(e.spec.key, e.spec.source, e.spec.seed) for e in episodes])
     for ep, rec in zip(episodes, records, strict=True):
       if rec.error_kind is not None:
-        ep.dropped = rec.infra_error
+        ep.dropped, ep.unplayable = rec.infra_error, not rec.infra_error
         ep.error_kind, ep.error_detail = rec.error_kind, rec.error_detail
         continue
       ep.tools = rec.info.get("tools") or None
@@ -136,7 +144,7 @@ class _Runner:
       ids = self.formatter.prompt_ids(ep.messages, tools=ep.tools)
       limit = self.settings.max_prompt_tokens
       if limit is not None and len(ids) > limit:
-        ep.error_kind = "prompt_too_long"
+        ep.error_kind, ep.unplayable = "prompt_too_long", True
         ep.error_detail = f"first prompt of {len(ids)} tokens > {limit} the engine's cache allows"
         with self.timings.phase("sandbox_s"):
           self.pool.close_episodes([ep.spec.key])

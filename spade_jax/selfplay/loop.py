@@ -10,8 +10,10 @@ A step t (numbered from 1, like the trainer's update count and the checkpoints):
      (selfplay/rlve.py).
   2. the agent plays every active environment G times without and G times with the hint
      (the fixed-env baselines play only the no-hint arm: no regret is needed);
-  3. one GRPO update on the step's agent samples plus the designer samples that came due;
-     the engine then samples from the new weights;
+  3. one GRPO update on the step's agent samples plus the designer samples that came due
+     (rows and groups by `designer_advantage`, selfplay/designer_advantage.py; on the run's
+     last step, `step(final=True)`, also the last refresh's designs); the engine then
+     samples from the new weights;
   4. every played environment is upserted into the memory with its window's statistics.
 It returns a `StepRecord` for the metrics writer. All randomness is derived from
 (seed, step, purpose), so `state_dict()` (memory, curriculum, corpus position, step) is all
@@ -30,6 +32,7 @@ from typing import Any
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.selfplay import batching, designer, regret
 from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.designer_advantage import designer_targets
 from spade_jax.selfplay.episodes import Episode, EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 from spade_jax.selfplay.record import ARMS, EnvReport, StepRecord
@@ -80,17 +83,20 @@ class SelfPlayLoop:
     self.designer_params = dataclasses.replace(settings.designer_sampling, stop_token_ids=stops)
     self.agent_params = dataclasses.replace(settings.agent_sampling, stop_token_ids=stops)
     self.step_index = 0  # completed steps
+    self.num_updates = 0  # trainer updates made (the designer's behaviour-policy age)
 
   # ----------------------------------------------------------------------- checkpoints
   def state_dict(self) -> dict[str, Any]:
     """JSON-ready host state: step, memory, curriculum window and corpus position."""
-    return {"step": self.step_index, "memory": self.memory.to_state(),
+    return {"step": self.step_index, "updates": self.num_updates,
+            "memory": self.memory.to_state(),
             "curriculum": self.curriculum.to_state(),
             "corpus": self.corpus.get_state() if self.corpus is not None else None,
             "rlve": self.rlve.to_state() if self.rlve is not None else None}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     self.step_index = int(state["step"])
+    self.num_updates = int(state.get("updates", self.step_index))
     self.memory = EnvMemory.from_state(state["memory"])
     self.curriculum = Curriculum.from_state(state["curriculum"], self.settings.k)
     if self.corpus is not None and state.get("corpus") is not None:
@@ -99,7 +105,8 @@ class SelfPlayLoop:
       self.rlve.load_state(state["rlve"])
 
   # ------------------------------------------------------------------------- the step
-  def step(self) -> StepRecord:
+  def step(self, final: bool = False) -> StepRecord:
+    """Runs the next step; `final` (the run's last step) also trains the pending designs."""
     t, s = self.step_index + 1, self.settings
     timings = Timings()
     start = time.perf_counter()
@@ -107,7 +114,7 @@ class SelfPlayLoop:
     scored = []
     refreshed = self.curriculum.is_refresh(t)
     if refreshed:
-      scored = self.curriculum.close_window(t, self.reward_fn, s.invalid_designer_reward)
+      scored = self.curriculum.close_window(t, self.reward_fn)
       refresh = self._refresh(t, timings)
       self.curriculum.open_window(t, refresh.envs, refresh.designs if s.train_designer else [])
     episodes = self._play(t, timings)
@@ -116,15 +123,25 @@ class SelfPlayLoop:
       for report in reports:
         self.rlve.record(report.uid, report.difficulty, report.returns["no_hint"])
       self.rlve.update()
+    if final:  # the last window's designs can never come due: train them now
+      scored += self.curriculum.close_window(t, self.reward_fn, final=True)
     samples = batching.agent_samples(episodes, t, s.train_agent_on_hint_arm)
     n_agent = len(samples)
-    samples += batching.designer_samples(scored) if s.train_designer else []
+    targets = designer_targets(
+        scored, s.designer_advantage, by_category=s.designer_group_by_category,
+        invalid_reward=s.invalid_designer_reward,
+        validity_weight=s.validity_weight) if s.train_designer else []
+    samples += batching.designer_samples(targets)
     train_metrics: dict[str, float] = {}
     if samples:
       with timings.phase("train_s"):
         train_metrics = self.trainer.train_step(
             batching.build_train_batch(samples, self.tokenizer.pad_id))
         self.engine.load_weights(self.trainer.params)
+      if targets:
+        train_metrics["designer/behaviour_age"] = sum(
+            self.num_updates - x.design.policy_version for x in targets) / len(targets)
+      self.num_updates += 1
     self._update_memory(t)
     self.step_index = t
     times = {"generate_s": 0.0, "sandbox_s": 0.0, "train_s": 0.0, **timings.as_dict(),
@@ -137,8 +154,13 @@ class SelfPlayLoop:
         designed_envs=sum(e.origin == "designed" for e in active),
         replayed_envs=sum(e.origin != "designed" for e in active), envs=reports,
         agent_samples=n_agent, designer_samples=len(samples) - n_agent,
-        designer_rewards=[x.reward for x in scored if x.reward is not None] if s.train_designer
-        else [], dropped_episodes=sum(e.dropped for e in episodes),
+        designer_rewards=[x.reward for x in targets],
+        designer_regrets=[x.reward for x in targets if x.design.env_uid is not None],
+        designs_without_regret=sum(
+            x.valid and x.reward is None for x in scored) if s.train_designer else 0,
+        envs_without_regret=sum(r.regret is None for r in reports) if self.arms == ARMS else 0,
+        dropped_episodes=sum(e.dropped for e in episodes),
+        unplayable_episodes=sum(e.unplayable for e in episodes),
         train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory),
         memory_uids=[e.uid for e in self.memory.entries])
 
@@ -176,7 +198,7 @@ class SelfPlayLoop:
         out.envs.append(ActiveEnv(uid, "designed", d.category, d.source, d.hint, d.max_turns, t))
       out.designs.append(PendingDesign(t, t + s.k, d.index, d.category,
                                        d.prompt_ids + d.output_ids, len(d.prompt_ids),
-                                       list(d.logprobs), uid, d.error))
+                                       list(d.logprobs), uid, d.error, self.num_updates))
     out.valid = len(out.envs)
     out.invalid_reasons = dict(collections.Counter(d.error for d in samples if not d.valid))
     missing = s.num_envs - out.valid
@@ -232,7 +254,7 @@ class SelfPlayLoop:
     reports = []
     for env in self.curriculum.active:
       arms = by_env[env.uid]
-      kept = {arm: [e for e in arms[arm] if not e.dropped] for arm in ARMS}
+      kept = {arm: [e for e in arms[arm] if e.playable] for arm in ARMS}
       returns = {arm: [e.episode_return for e in kept[arm]] for arm in ARMS}
       env.returns.add_step(returns["no_hint"], returns["hint"])
       win = {arm: regret.mean(returns[arm]) for arm in ARMS}
@@ -250,14 +272,16 @@ class SelfPlayLoop:
     return reports
 
   def _update_memory(self, t: int) -> None:
+    """Upserts the window's statistics; `times_played` counts windows, not steps."""
     for env in self.curriculum.active:
       stats = dict(win_rate_no_hint=env.returns.pooled_mean("no_hint"),
                    win_rate_hint=env.returns.pooled_mean("hint"),
                    regret=regret.hint_regret(env.returns), step=t)
       if env.uid in self.memory:
         entry = self.memory.get(env.uid)
-        self.memory.upsert(dataclasses.replace(entry, times_played=entry.times_played + 1,
-                                               **stats))
+        new_window = int(t == env.refresh_step)
+        self.memory.upsert(dataclasses.replace(
+            entry, times_played=entry.times_played + new_window, **stats))
       else:
         self.memory.upsert(MemoryEntry(env.uid, env.source, env.hint, env.category,
                                        origin="designed" if env.origin == "designed" else "seed",

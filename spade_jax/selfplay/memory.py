@@ -1,21 +1,27 @@
 """The environment memory: a bounded buffer of environments that favours the learning frontier.
 
-An entry is on the *frontier* when the agent's no-hint win rate lies in
-[FRONTIER_LOW, FRONTIER_HIGH] (it can learn there), or when it was never measured (a seed
-not yet played: unknown counts as promising).
+The paper's target is "solvable with the hint, not without", so the memory ranks by SIGNED
+regret. An entry is on the *frontier* when the agent's no-hint win rate lies in
+[FRONTIER_LOW, FRONTIER_HIGH] (it can learn there) or was never measured (a seed not yet
+played: unknown counts as promising), AND its hint does not hurt (regret >= 0 or unmeasured).
+An entry whose hint hurts (regret < 0: a misleading hint) may stay as a negative example the
+designer sees with its regret, but is never on the frontier and earns no regret credit.
 
 Eviction (when an upsert of a new environment overflows `capacity`): among the stored
 entries and the new one, drop the one with the smallest key
-    (on_frontier, |regret|, step, uid)
-i.e. off-frontier entries go first, then the lowest |regret| (the hint makes no
-difference: already mastered or hopeless), then the oldest, and uid breaks ties so the
-rule is deterministic. A new environment that ranks below everything stored is not kept.
+    (on_frontier, max(regret, 0), step, uid)
+i.e. off-frontier entries go first (misleading hints among them), then the lowest positive
+regret (the hint makes no difference: already mastered or hopeless), then the oldest, and uid
+breaks ties so the rule is deterministic. A new environment that ranks below everything
+stored is not kept.
 
-Sampling (designer prompts, replays): without replacement, with weight
-    SAMPLE_FLOOR + on_frontier + |regret|
-so frontier and high-regret environments dominate but mastered ones still appear now and
-then (they show the designer what is already too easy). Entries of the requested
-categories are drawn first; the rest tops up a sample when those run out.
+Sampling (designer prompts and replays, `SelfPlayLoop._refresh`): without replacement, with
+weight
+    SAMPLE_FLOOR + on_frontier + max(regret, 0)
+so frontier and high-regret environments dominate; mastered ones and misleading hints still
+appear now and then at the floor (they show the designer what is too easy or what misleads).
+Entries of the requested categories are drawn first; the rest tops up a sample when those run
+out.
 
 `to_state()` / `from_state()` give a JSON-ready dict for checkpoints.
 """
@@ -48,20 +54,25 @@ class MemoryEntry:
   times_played: int = 0
 
   @property
-  def on_frontier(self) -> bool:
-    p = self.win_rate_no_hint
-    return p is None or FRONTIER_LOW <= p <= FRONTIER_HIGH
+  def hint_hurts(self) -> bool:
+    """A negative example: the hint lowers the return."""
+    return self.regret is not None and self.regret < 0
 
   @property
-  def abs_regret(self) -> float:
-    return abs(self.regret) if self.regret is not None else 0.0
+  def on_frontier(self) -> bool:
+    p = self.win_rate_no_hint
+    return (p is None or FRONTIER_LOW <= p <= FRONTIER_HIGH) and not self.hint_hurts
+
+  @property
+  def positive_regret(self) -> float:
+    return max(self.regret, 0.0) if self.regret is not None else 0.0
 
   def keep_key(self) -> tuple:
     """Smaller = evicted first."""
-    return (self.on_frontier, self.abs_regret, self.step, self.uid)
+    return (self.on_frontier, self.positive_regret, self.step, self.uid)
 
   def weight(self) -> float:
-    return SAMPLE_FLOOR + float(self.on_frontier) + self.abs_regret
+    return SAMPLE_FLOOR + float(self.on_frontier) + self.positive_regret
 
   def view(self) -> MemoryView:
     return MemoryView(self.category, self.source, self.hint, self.win_rate_no_hint,

@@ -9,8 +9,11 @@ Conventions:
   * "win rate" of an arm is the mean episode return over its surviving episodes (returns
     lie in [0, 1]; for a 0/1-reward environment this is exactly the share of wins, for
     partial rewards it is the expected share of the task completed);
-  * episodes dropped for sandbox infrastructure errors are counted, never scored;
-  * `None` means "not measured" (an arm whose episodes were all dropped).
+  * episodes dropped for sandbox infrastructure errors are counted, never scored; so are
+    unplayable ones (first prompt too long for the cache, a reset that failed without an
+    infrastructure fault): they are left out of their arm's mean;
+  * `None` means "not measured" (an arm without a playable episode): such an environment
+    has no regret, never a regret of 0.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class StepRecord:
   timings: dict[str, float]  # generate_s, sandbox_s, train_s, step_s
   memory_size: int
   memory_uids: list[str] = dataclasses.field(default_factory=list)  # after the step
+  designer_regrets: list[float] = dataclasses.field(default_factory=list)  # valid rows' regret
+  designs_without_regret: int = 0  # valid due designs not trained: no regret measured
+  envs_without_regret: int = 0  # played envs with an arm without a playable episode
+  unplayable_episodes: int = 0  # prompt too long / reset failed (not infra): not scored
 
   @property
   def valid_rate(self) -> float | None:

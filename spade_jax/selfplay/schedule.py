@@ -11,11 +11,14 @@ Delay: the designer samples generated at refresh step t are held as `PendingDesi
 trained in the update of step t+k, the next refresh step, with the reward computed from the
 returns of the whole window. So a step t+k does, in order:
   1. `close_window(t+k, ...)`: score the pending designs of window t (due_step == t+k) with
-     the designer reward of their environment's window returns (or the invalid reward);
+     the designer reward of their environment's window returns (None for an invalid design;
+     selfplay/designer_advantage.py decides what an invalid design's row is);
   2. generate the next designs and `open_window(t+k, envs, designs)`;
   3. play, and train on the agent samples of step t+k plus the scored designs of window t.
 The designer is therefore always updated exactly k steps after it sampled, on the regret
-measured while the agent played its environments.
+measured while the agent played its environments. The run's last step is the exception:
+`close_window(T, ..., final=True)` after its play scores every pending design on the returns
+its window has so far, so the last refresh's designs are trained too (docs/selfplay.md).
 
 `Curriculum.to_state()` is JSON (lists and numbers only) and goes into checkpoints, so a
 resumed run continues the window and the pending designer update where they stopped.
@@ -66,6 +69,7 @@ class PendingDesign:
   logprobs: list[float]  # behaviour log-probs of the output tokens
   env_uid: str | None  # None when the output was invalid
   error: str | None = None
+  policy_version: int = 0  # trainer updates the sampling policy had seen
 
   @classmethod
   def from_state(cls, state: dict) -> PendingDesign:
@@ -75,7 +79,11 @@ class PendingDesign:
 @dataclasses.dataclass(frozen=True)
 class ScoredDesign:
   design: PendingDesign
-  reward: float | None  # None: its environment has no measurement (not trained)
+  reward: float | None  # None: invalid, or its environment has no measurement
+
+  @property
+  def valid(self) -> bool:
+    return self.design.env_uid is not None
 
 
 class Curriculum:
@@ -94,16 +102,17 @@ class Curriculum:
       raise ValueError(f"steps are numbered from 1, got {step}")
     return (step - 1) % self.k == 0 or self.window_start is None
 
-  def close_window(self, step: int, reward_fn: Callable[[ArmReturns], float | None],
-                   invalid_reward: float) -> list[ScoredDesign]:
-    """Removes and scores the designs due at `step` (their window's returns are final)."""
-    due = [d for d in self.pending if d.due_step <= step]
-    self.pending = [d for d in self.pending if d.due_step > step]
+  def close_window(self, step: int, reward_fn: Callable[[ArmReturns], float | None], *,
+                   final: bool = False) -> list[ScoredDesign]:
+    """Removes and scores the designs due at `step` (their window's returns are final); with
+    `final` every pending design, on the returns its window has so far (the run's end)."""
+    due = [d for d in self.pending if final or d.due_step <= step]
+    self.pending = [d for d in self.pending if not final and d.due_step > step]
     returns = {env.uid: env.returns for env in self.active}
     scored = []
     for design in due:
       if design.env_uid is None:
-        scored.append(ScoredDesign(design, invalid_reward))
+        scored.append(ScoredDesign(design, None))
       elif design.env_uid in returns:
         scored.append(ScoredDesign(design, reward_fn(returns[design.env_uid])))
       else:

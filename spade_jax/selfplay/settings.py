@@ -24,6 +24,8 @@ from spade_jax.selfplay.replies import check_action_format
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
 LIBRARIES = ("seeds", "probe")
 FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
+# How invalid designs enter the designer's advantage (selfplay/designer_advantage.py).
+DESIGNER_ADVANTAGES = ("discard", "penalty", "two_level")
 # The config path of each field whose name differs from its place under config.selfplay.
 _FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfplay.memory.capacity",
                 "memory_sample_size": "selfplay.memory.sample_size",
@@ -58,7 +60,13 @@ class SelfPlaySettings:
   max_turns: int = 8  # framework cap on episode length (the env's own may be smaller)
   action_format: str = "<action>{}</action>"  # agent action wrapper; {} = the action
   designer_reward: str = "hint_regret"  # or "ema_learning_potential" (selfplay/regret.py)
-  invalid_designer_reward: float = -1.0  # below any regret (>= -1): invalid is worst
+  # The paper's "discard": invalid designs give no rows, regret is normalised among the
+  # refresh's valid designs; "penalty": invalid_designer_reward in the same group;
+  # "two_level": validity_weight * validity term + regret among the valid ones.
+  designer_advantage: str = "discard"
+  designer_group_by_category: bool = False  # one designer group per (refresh, category)
+  invalid_designer_reward: float = -1.0  # "penalty": below any regret (>= -1)
+  validity_weight: float = 1.0  # "two_level": weight of the validity term
   use_corpus: bool = True  # ground each designer prompt in a corpus passage
   use_memory: bool = True  # show the designer a sample of the environment memory
   train_designer: bool = True  # False = frozen designer (no designer gradient)
@@ -93,8 +101,13 @@ class SelfPlaySettings:
              f"one of {LIBRARIES}")
     _require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
              f"one of {FIXED_ENVS}")
-    _require(_is_number(self.invalid_designer_reward), field_path("invalid_designer_reward"),
-             self.invalid_designer_reward, "a finite number")
+    _require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),
+             self.designer_advantage, f"one of {DESIGNER_ADVANTAGES}")
+    for name in ("invalid_designer_reward", "validity_weight"):
+      _require(_is_number(getattr(self, name)), field_path(name), getattr(self, name),
+               "a finite number")
+    _require(self.validity_weight >= 0, field_path("validity_weight"), self.validity_weight,
+             ">= 0")
     for name in ("action_format", "designer_reward"):
       _require(isinstance(getattr(self, name), str), field_path(name), getattr(self, name),
                "a string")
@@ -130,7 +143,9 @@ class SelfPlaySettings:
         num_envs=sp.num_envs, k=sp.k, group_size=sp.group_size,
         categories_per_step=sp.categories_per_step, max_turns=sp.max_turns,
         action_format=sp.action_format, designer_reward=sp.designer_reward,
-        invalid_designer_reward=sp.invalid_designer_reward,
+        designer_advantage=sp.designer_advantage,
+        designer_group_by_category=bool(sp.designer_group_by_category),
+        invalid_designer_reward=sp.invalid_designer_reward, validity_weight=sp.validity_weight,
         use_corpus=bool(sp.use_corpus), use_memory=bool(sp.use_memory),
         train_designer=bool(sp.train_designer), fixed_envs=sp.fixed_envs,
         fill_from_memory=bool(sp.fill_from_memory),

@@ -54,7 +54,8 @@ def _launch_pair(workdir, num_steps, root):
          "--config.rl.micro_batch_size=8",  # a multiple of the 8 devices on data x fsdp
          # The same shrinking as tests/launch/test_smoke_e2e.py.
          f"--config.corpus.paths=('{corpus}',)", "--config.selfplay.num_envs=2",
-         "--config.selfplay.k=4", "--config.selfplay.max_turns=2",
+         "--config.selfplay.k=4", "--config.selfplay.designer_advantage=discard",
+         "--config.selfplay.max_turns=2",
          "--config.selfplay.memory.sample_size=0",
          "--config.sampling.designer.max_new_tokens=16",
          "--config.sampling.agent.max_new_tokens=8",

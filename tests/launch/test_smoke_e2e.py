@@ -30,7 +30,8 @@ TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (
     "curriculum/valid_rate", "curriculum/designed_envs", "curriculum/replayed_envs",
     "curriculum/learnable_share", "curriculum/learnable_share_step", "curriculum/regret_mean",
-    "curriculum/diversity_vendi",
+    "curriculum/diversity_vendi", "curriculum/diversity_vendi_per_n",
+    "curriculum/envs_without_regret", "train/agent/clip_fraction",
     "curriculum/reward_levels", "curriculum/formula_reveal_rate", "agent/return_no_hint",
     "agent/return_hint", "train/loss", "train/kl", "train/logprob_gap", "time/generate_s",
     "time/sandbox_s", "time/train_s")
@@ -68,10 +69,13 @@ def smoke_runs(tmp_path_factory):
   corpus = tmp_path_factory.mktemp("corpus") / "passages.txt"
   corpus.write_text("Ohm's law: V = I R.\n\nA lever balances when m1 d1 = m2 d2.\n")
   # The smoke config, shrunk further so that three steps fit the test budget; k=4 keeps step 3
-  # inside the first window (no second generation, no designer update: `make smoke` and the
-  # self-play tests cover those).
+  # inside the first window (no second generation, no designer rows: `make smoke` and the
+  # self-play tests cover those). The last step of a launch still closes the window's pending
+  # designs; "discard" gives the random model's invalid ones no rows, because smoke.py's
+  # "two_level" rows (~3k-token designer prompts) would add a compile of a 4096-long train
+  # step to this test.
   overrides = [f"--config.corpus.paths=('{corpus}',)", "--config.selfplay.num_envs=2",
-               "--config.selfplay.k=4",
+               "--config.selfplay.k=4", "--config.selfplay.designer_advantage=discard",
                "--config.selfplay.max_turns=2", "--config.selfplay.memory.sample_size=0",
                "--config.sampling.designer.max_new_tokens=16",
                "--config.sampling.agent.max_new_tokens=8",
@@ -111,6 +115,7 @@ def test_every_tag_written_each_step(smoke_runs):
     # The paper's learnable share is per 16-step window: written when one closes or at the end.
     assert first["scalars"][tag] == ([2] if tag == "curriculum/learnable_share" else [1, 2]), tag
   assert "envs/0" in first["scalars"] and "rollouts/no_hint" in first["scalars"]
+  assert "train/designer/loss_tokens" not in first["scalars"]  # discard: invalid, no rows
 
 
 def test_every_stage_runs_for_real(smoke_runs):
@@ -127,7 +132,9 @@ def test_every_stage_runs_for_real(smoke_runs):
 def test_checkpoint_and_log(smoke_runs):
   first = smoke_runs[0]
   step, host_state = first["checkpoint"]
-  assert step == 2 and host_state["step"] == 2
+  assert step == 2 and host_state["step"] == 2 and host_state["updates"] == 2
+  # Step 2 was the launch's last: the window's designs (due at 5) were closed, not left over.
+  assert host_state["curriculum"]["pending"] == []
   lines = first["log"].splitlines()
   assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
   assert "designed" in lines[0] and "replayed" in lines[0]

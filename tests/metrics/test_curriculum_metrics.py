@@ -43,8 +43,12 @@ def test_step_metrics_exact_values():
            hint_text="Sort first.", obs="Numbers: 3 1 2"),
       _env("seed/b", "replayed", [1.0, 1.0], [1.0, 1.0], source="epsilon zeta"),
   ]
-  m = curriculum.step_metrics(_record(envs))
+  m = curriculum.step_metrics(_record(envs, designer_regrets=[0.5], designs_without_regret=1,
+                                      envs_without_regret=2, unplayable_episodes=3))
   assert m["curriculum/valid_rate"] == 0.25
+  assert m["curriculum/diversity_vendi_per_n"] == pytest.approx(3 / 6)  # n = the budget, 6
+  assert m["curriculum/envs_without_regret"] == 2.0 and m["curriculum/unplayable_episodes"] == 3
+  assert m["designer/regret_valid_mean"] == 0.5 and m["designer/without_regret"] == 1.0
   assert m["curriculum/invalid/no_code_block"] == 2.0 and m["curriculum/invalid/hackable"] == 1.0
   assert m["curriculum/designed_envs"] == 1.0
   assert m["curriculum/replayed_envs"] == 2.0

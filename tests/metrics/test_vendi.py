@@ -38,13 +38,11 @@ def test_tfidf_by_hand_with_the_reference_idf_and_unknown_tokens():
   np.testing.assert_allclose(x[0], row0 / np.linalg.norm(row0), rtol=1e-12)
   assert not oov[0].any()
   # "a z z": a in vocabulary (weight 1 * idf 1); z unknown: weight 1 + log 2 times the
-  # largest idf log(1 + 2) + 1, in its hash bucket.
+  # largest idf log(1 + 2) + 1, in its own coordinate (the only unknown token).
   w_z = (1 + math.log(2)) * (math.log(3) + 1)
   norm = math.sqrt(1 + w_z * w_z)
   np.testing.assert_allclose(x[1], [1 / norm, 0, 0], rtol=1e-12)
-  expected = np.zeros(vendi.OOV_BUCKETS)
-  expected[vendi.oov_bucket("z")] = w_z / norm
-  np.testing.assert_allclose(oov[1], expected, rtol=1e-12)
+  np.testing.assert_allclose(oov, [[0.0], [w_z / norm]], rtol=1e-12)
 
 
 def test_lsa_keeps_cosines_of_the_reference_and_truncates_dims():
@@ -69,9 +67,33 @@ def test_reference_embedding_is_fixed_so_steps_compare():
 
 def test_unknown_words_are_neither_zero_nor_all_alike():
   z = vendi.reference_embedder().embed(["qwertyuiop", "asdfghjkl"])
-  assert vendi.oov_bucket("qwertyuiop") != vendi.oov_bucket("asdfghjkl")
   np.testing.assert_allclose(np.linalg.norm(z, axis=1), 1.0)
   assert abs(z[0] @ z[1]) < 1e-12
+
+
+def test_unseen_identifiers_never_collide():
+  """Many new environments with distinct new identifiers stay distinct (no hash buckets)."""
+  scaffold = "class {0}:\n  def reset(self, seed=None):\n    return '{0}_obs', {{}}\n"
+  n = 200
+  z = vendi.reference_embedder().embed([scaffold.format(f"Env{i}Novel{i * 7919}")
+                                        for i in range(n)])
+  off_diagonal = (z @ z.T)[~np.eye(n, dtype=bool)]
+  # Every pair shares exactly the scaffold: one shared unknown coordinate would lift a pair.
+  c = off_diagonal.mean()
+  assert off_diagonal.max() - off_diagonal.min() < 1e-9 and 0 < c < 1
+  # Equicorrelated kernel: eig(K / n) = (1 + (n - 1) c) / n once, (1 - c) / n n - 1 times.
+  lam = np.array([(1 + (n - 1) * c) / n] + [(1 - c) / n] * (n - 1))
+  assert vendi.vendi_score(z) == pytest.approx(math.exp(-np.sum(lam * np.log(lam))), rel=1e-6)
+
+
+def test_vendi_per_n_of_the_step_24_copies_and_24_seed_games():
+  """The paper's Vendi/n over the step's 24 environments: 1/24 for copies, high for seeds."""
+  seeds = [s.source for s in load_seed_library()][:24]
+  assert len(seeds) == 24
+  assert vendi.vendi_per_n([seeds[0]] * 24) == pytest.approx(1 / 24, abs=1e-9)
+  assert vendi.vendi_per_n(seeds) > 0.4
+  # Over the step's budget n: 12 distinct sources of a 24-environment step count half.
+  assert vendi.vendi_per_n(seeds[:12], n=24) == pytest.approx(vendi.vendi_per_n(seeds[:12]) / 2)
 
 
 def test_missing_sentence_transformers_is_a_clear_error(monkeypatch):

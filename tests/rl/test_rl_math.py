@@ -134,6 +134,33 @@ def test_truncated_importance_sampling_weights_tokens_by_the_capped_ratio():
                              atol=1e-7)
 
 
+def test_tis_applies_to_the_rows_it_is_given_only():
+  """tis_rows (the agent's): TIS there; other rows (the designer's, sampled k updates back)
+  keep the plain clipped ratio against their behaviour log-probs, unweighted."""
+  logp, behaviour, adv, mask = _loss_inputs()
+  rows = np.array([True, False, True, False])
+  cfg = RLConfig(tis_cap=1.2)
+  args = lambda lp: (lp, *(jnp.asarray(x, jnp.float32) for x in (behaviour, behaviour, adv,
+                                                                  mask)))
+  per_token, terms = grpo_token_loss(*args(jnp.asarray(logp, jnp.float32)), cfg,
+                                     tis_rows=jnp.asarray(rows))
+  ratio = np.exp(logp - behaviour)
+  tis = -adv[:, None] * np.minimum(ratio, 1.2) * mask
+  plain, _ = _np_clipped(logp, behaviour, adv, mask, 0.2, 0.28)
+  expected = np.where(rows[:, None], tis, plain)
+  np.testing.assert_allclose(np.asarray(per_token), expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(np.asarray(terms["truncated"]),
+                                (ratio > 1.2) & mask & rows[:, None])
+  assert not np.allclose(tis[~rows], plain[~rows])  # the two rules differ on these rows
+  grad = jax.grad(lambda lp: jnp.sum(grpo_token_loss(*args(lp), cfg,
+                                                     tis_rows=jnp.asarray(rows))[0]))(
+      jnp.asarray(logp, jnp.float32))
+  plain_grad = jax.grad(lambda lp: jnp.sum(grpo_token_loss(*args(lp), RLConfig())[0]))(
+      jnp.asarray(logp, jnp.float32))
+  np.testing.assert_allclose(np.asarray(grad)[~rows], np.asarray(plain_grad)[~rows], rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(grad)[rows], tis[rows], rtol=1e-5, atol=1e-7)
+
+
 def test_without_tis_the_ratio_is_reported_and_the_loss_unweighted():
   logp, behaviour, adv, mask = _loss_inputs()
   per_token, terms = grpo_token_loss(*(jnp.asarray(x, jnp.float32) for x in

@@ -3,9 +3,11 @@
 Each row's per-token loss depends on that row alone (its own advantage and log-probs), so
 with role balance the batch loss is (1 - s) * L_agent + s * L_designer, where L_role is the
 loss of that role's rows trained alone; without it the roles mix by their token counts.
+The per-role metrics are likewise each role's figures alone, and TIS touches agent rows only.
 """
 
 import dataclasses
+import functools
 
 import jax
 import numpy as np
@@ -14,6 +16,8 @@ from flax import nnx
 
 from spade_jax.model import Qwen3, get_preset
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
+from spade_jax.rl.config import RLConfig
+from spade_jax.rl.train_step import _micro_loss
 from spade_jax.rl.trainer import Trainer
 
 # No warmup: the first step must move the parameters. Micro-batches of 4 rows: the mixed
@@ -87,3 +91,39 @@ def test_a_designer_share_of_zero_updates_as_if_the_designer_rows_were_dropped(i
     np.testing.assert_allclose(b, a, rtol=1e-6, atol=1e-7)
     moved |= not np.array_equal(a, np.asarray(start))
   assert moved and m_zero["loss_tokens"] == sum(AGENT_LENGTHS) + sum(DESIGNER_LENGTHS)
+
+
+ROLE_METRICS = ("clip_fraction", "importance_ratio_mean", "importance_ratio_max",
+                "logprob_gap_mean", "logprob_gap_max", "kl", "tis_truncated_fraction",
+                "loss_tokens")
+
+
+def test_per_role_metrics_are_each_roles_own(initial):
+  """train/agent/* and train/designer/* equal the pooled figures of each role trained alone
+  (the same config and shapes as the share test above: nothing new to compile)."""
+  balance = dict(role_balance=True, designer_loss_share=0.25)
+  mixed = _trainer(initial, **balance).train_step(MIXED)
+  alone = {name: _trainer(initial, **balance).train_step(rows)
+           for name, rows in (("agent", AGENT_ROWS), ("designer", DESIGNER_ROWS))}
+  for name, metrics in alone.items():
+    for key in ROLE_METRICS:
+      np.testing.assert_allclose(mixed[f"{name}/{key}"], metrics[key], rtol=1e-5, atol=1e-7,
+                                 err_msg=f"{name}/{key}")
+  assert "designer/clip_fraction" not in alone["agent"]  # a role without rows: no figures
+  assert mixed["agent/logprob_gap_mean"] != mixed["designer/logprob_gap_mean"]
+
+
+def test_the_step_gives_tis_to_the_agent_rows_only(initial):
+  """With tis_cap > 0 the step passes the roles on: only agent tokens can be truncated."""
+  graphdef, params, rest = nnx.split(nnx.merge(*initial), nnx.Param, ...)
+  loss = MIXED.loss_mask
+  mb = dict(tokens=MIXED.tokens, attention_mask=MIXED.attention_mask, loss_mask=loss,
+            behaviour_logprobs=MIXED.behaviour_logprobs, roles=MIXED.roles,
+            advantages=np.linspace(-1, 1, MIXED.num_rows).astype(np.float32),
+            weights=(loss / loss.sum()).astype(np.float32))
+  cfg = RLConfig(tis_cap=1.0, logprob_chunk=16)  # ratios exp(+-0.05 noise): both sides of 1
+  _, sums = jax.jit(functools.partial(_micro_loss, graphdef=graphdef, cfg=cfg))(
+      params, None, rest, mb)
+  assert float(sums["agent/truncated_sum"]) > 0 == float(sums["designer/truncated_sum"])
+  assert float(sums["designer/ratio_max"]) > 1  # it would have been truncated
+  assert float(sums["truncated_sum"]) == float(sums["agent/truncated_sum"])

@@ -44,6 +44,9 @@ def wins_with_hint_or_at_step_2(tag, hinted, step, turn):
 
 
 def make_loop(designs=DESIGNS, rule=wins_with_hint_or_at_step_2, pool=None, **overrides):
+  # The bookkeeping below follows the invalid design's row too: "penalty" keeps one (the
+  # default "discard" and "two_level" are tested in test_designer_advantage.py).
+  overrides.setdefault("designer_advantage", "penalty")
   policy = ScriptedPolicy(TOK, designs, rule)
   loop = SelfPlayLoop(make_settings(**overrides), engine=make_engine(policy),
                       pool=pool or FakePool(),
@@ -114,7 +117,8 @@ def test_memory_holds_window_statistics():
   records = run(loop, 2)
   entry = loop.memory.get("d1.0")
   assert (entry.win_rate_no_hint, entry.win_rate_hint, entry.regret) == (0.5, 1.0, 0.5)
-  assert entry.step == 2 and entry.times_played == 2 and entry.origin == "designed"
+  # times_played counts windows (one here, played at steps 1 and 2), not steps.
+  assert entry.step == 2 and entry.times_played == 1 and entry.origin == "designed"
   assert entry.source.startswith("import random") and entry.hint == "say win"
   assert records[-1].memory_size == 3  # two seeds + d1.0
 
@@ -144,7 +148,7 @@ def test_fill_from_memory_replays_seeds_without_designer_reward():
   assert {e.uid for e in records[0].envs} == {"seed/S1", "seed/S2"}
   assert all(e.origin == "replayed" for e in records[0].envs)
   assert records[2].designer_rewards == [-1.0, -1.0]  # only the invalid outputs
-  assert loop.memory.get("seed/S1").times_played == 3  # steps played, across windows
+  assert loop.memory.get("seed/S1").times_played == 2  # windows {1, 2} and {3}, not steps
 
 
 def test_no_valid_env_and_no_fill_plays_nothing():
@@ -198,12 +202,14 @@ def test_hint_arm_trains_the_agent_when_asked_and_ema_reward_switch():
 
 
 class HintArmInfraFailures(FakePool):
-  """Every reset of a hint-arm episode fails with an infrastructure error."""
+  """Every reset of a hint-arm episode fails with an infrastructure error (`kind`)."""
+
+  kind = "infra"
 
   def reset(self, episodes):
     ok = [e for e in episodes if e[0][2] != "hint"]
     records = dict(zip([e[0] for e in ok], super().reset(ok), strict=True))
-    return [records.get(e[0]) or EnvStep("", error_kind="infra", error_detail="no worker")
+    return [records.get(e[0]) or EnvStep("", error_kind=self.kind, error_detail="no worker")
             for e in episodes]
 
 

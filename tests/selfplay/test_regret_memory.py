@@ -54,10 +54,31 @@ def test_eviction_drops_off_frontier_then_low_regret_then_oldest():
                     entry("hopeless_regret", p=0.0, regret=0.6, step=1)])
   assert m.upsert(entry("new_frontier", p=0.3, regret=0.0, step=9)) == "mastered"
   assert m.upsert(entry("new_high", p=0.4, regret=0.2, step=9)) == "hopeless_regret"
-  # All on the frontier now: the lowest |regret| goes, the oldest among equals.
+  # All on the frontier now: the lowest regret goes, the oldest among equals.
   assert m.upsert(entry("x", p=0.5, regret=0.0, step=3)) == "x"  # below everything stored
   assert m.upsert(entry("y", p=0.5, regret=0.5, step=3)) == "new_frontier"
   assert sorted(e.uid for e in m.entries) == ["frontier", "new_high", "y"]
+
+
+def test_a_hint_that_hurts_is_kept_as_an_example_but_never_frontier():
+  """Signed regret: -0.5 (misleading hint) is not the +0.5 of a real frontier environment."""
+  hurts, frontier = entry("hurts", p=0.5, regret=-0.5, step=9), entry("real", p=0.5, regret=0.5)
+  assert frontier.on_frontier and not hurts.on_frontier
+  assert hurts.weight() == pytest.approx(0.1) and frontier.weight() == pytest.approx(1.6)
+  # Kept while there is room (the designer sees it with its regret) ...
+  m = EnvMemory(3, [hurts, frontier, entry("mastered", p=1.0, regret=0.0, step=0)])
+  assert len(m) == 3 and m.get("hurts").view().regret == -0.5
+  # ... but ranked with the off-frontier entries: evicted before older frontier ones, even
+  # one with regret 0 (by |regret| it would outrank them all).
+  assert m.upsert(entry("fresh", p=0.5, regret=0.0, step=1)) == "mastered"
+  assert m.upsert(entry("fresh2", p=0.4, regret=0.1, step=2)) == "hurts"
+  # Sampled only at the floor weight: 0.1 against 1.6 for the real frontier entry.
+  m = EnvMemory(4, [hurts, frontier])
+  rng = np.random.default_rng(1)
+  counts = {"hurts": 0, "real": 0}
+  for _ in range(2000):
+    counts[m.sample(1, rng)[0].uid] += 1
+  assert 0 < counts["hurts"] < counts["real"] / 8
 
 
 def test_upsert_of_a_known_uid_replaces_without_evicting():
@@ -75,7 +96,7 @@ def test_sampling_prefers_frontier_and_requested_categories():
   for _ in range(2000):
     for e in m.sample(1, rng, categories=["x"]):
       counts[e.uid] += 1
-  # Weights 0.1 + frontier + |regret|: f1 1.1, f2 1.6, done 0.1; "other" only tops up.
+  # Weights 0.1 + frontier + max(regret, 0): f1 1.1, f2 1.6, done 0.1; "other" only tops up.
   assert counts["other"] == 0
   assert counts["f2"] > counts["f1"] > 5 * counts["done"] > 0
   # A larger sample than the category holds tops up from the rest, without duplicates.

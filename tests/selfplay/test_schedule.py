@@ -30,10 +30,11 @@ def test_close_window_scores_due_designs_and_keeps_later_ones():
   c.open_window(1, [env], [design(1, 0, "d1.0"), design(1, 1, None)])
   env.returns.add_step([0.0, 0.0], [1.0, 0.0])
   env.returns.add_step([0.0, 1.0], [1.0, 1.0])
-  assert c.close_window(2, hint_regret, -1.0) == []  # not due before step 3
-  scored = c.close_window(3, hint_regret, -1.0)
-  assert [(s.design.index, s.reward) for s in scored] == [(0, 0.75 - 0.25), (1, -1.0)]
-  assert c.pending == [] and c.close_window(3, hint_regret, -1.0) == []
+  assert c.close_window(2, hint_regret) == []  # not due before step 3
+  scored = c.close_window(3, hint_regret)
+  assert [(s.design.index, s.reward, s.valid) for s in scored] == [(0, 0.75 - 0.25, True),
+                                                                   (1, None, False)]
+  assert c.pending == [] and c.close_window(3, hint_regret) == []
 
 
 def test_open_window_rejects_a_wrong_due_step_and_close_a_missing_env():
@@ -42,7 +43,7 @@ def test_open_window_rejects_a_wrong_due_step_and_close_a_missing_env():
     c.open_window(1, [], [design(1, 0, "x", k=3)])
   c.open_window(1, [], [design(1, 0, "gone")])
   with pytest.raises(RuntimeError, match="not in the closing window"):
-    c.close_window(3, hint_regret, -1.0)
+    c.close_window(3, hint_regret)
 
 
 def test_curriculum_state_round_trip_and_k_mismatch():
