@@ -53,6 +53,7 @@ class BuildSize:
   sft_learning_rate: float
   sft_min_bucket: int = 256  # fine-tuning length buckets (batches.bucket_length)
   sft_bucket_step: int = 1024
+  sft_max_length: int | None = None  # longer examples are left out; None: the model's positions
   designer_per_env: int = 1
 
 
@@ -67,7 +68,7 @@ SIZES: dict[str, BuildSize] = {
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
                                                 warmup_steps=2, save_every=10),
         env_count=4, sft_tokens_per_step=8192, sft_epochs=1, sft_learning_rate=3e-3,
-        sft_min_bucket=8192, sft_bucket_step=8192),  # one fine-tuning shape: one compilation
+        sft_min_bucket=4096, sft_bucket_step=4096, sft_max_length=4096),  # one shape, one compile
 }
 
 
@@ -164,7 +165,8 @@ class Build:
   def _sft(self) -> dict[str, Any]:
     examples, roles = self._examples()
     mesh = self._mesh()
-    plan = BucketPlan.build(examples, max_length=self.cfg.max_position_embeddings,
+    plan = BucketPlan.build(examples,
+                            max_length=self.size.sft_max_length or self.cfg.max_position_embeddings,
                             tokens_per_step=self.size.sft_tokens_per_step,
                             multiple_of=batch_multiple(mesh), min_bucket=self.size.sft_min_bucket,
                             bucket_step=self.size.sft_bucket_step, seed=self.seed)

