@@ -15,7 +15,6 @@ return above unhinted.
 from __future__ import annotations
 
 import dataclasses
-import json
 import pathlib
 from typing import Any
 
@@ -26,6 +25,7 @@ from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import load_seed_library
 from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
+from spade_jax.eval.suites.user_data import read_jsonl
 from spade_jax.metrics.vendi import vendi_per_n
 from spade_jax.model import from_pretrained
 from spade_jax.model.testing import random_model
@@ -43,20 +43,13 @@ MIN_NOVEL_SHARE = 0.5
 
 def read_passages(path: str | pathlib.Path) -> list[str]:
   """The `text` field of each JSON line; a bad line is named with its file and number."""
-  out = []
-  for number, line in enumerate(pathlib.Path(path).read_text(encoding="utf-8").splitlines(), 1):
-    if not line.strip():
-      continue
-    try:
-      row = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise ValueError(f"{path}:{number}: not JSON ({e})") from None
-    if not isinstance(row, dict) or not isinstance(row.get("text"), str) or not row["text"]:
-      raise ValueError(f"{path}:{number}: expected an object with a non-empty 'text' string")
-    out.append(row["text"])
-  if not out:
+  rows = read_jsonl(path, ("text",))
+  for number, row in enumerate(rows, 1):
+    if not isinstance(row["text"], str) or not row["text"].strip():
+      raise ValueError(f"{path}: passage {number}: 'text' must be a non-empty string")
+  if not rows:
     raise ValueError(f"{path}: no passages")
-  return out
+  return [row["text"] for row in rows]
 
 
 def design_requests(passages: list[str], settings: SelfPlaySettings,

@@ -25,9 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from spade_jax.rl.losses import token_logprobs
+from spade_jax.rl.optim import step_shardings
 from spade_jax.rl.step_inputs import BATCH_AXES
 
 
@@ -69,12 +70,7 @@ def compile_lm_step(graphdef, tx: optax.GradientTransformation, mesh: Mesh | Non
   step_fn = functools.partial(lm_step, graphdef=graphdef, tx=tx, chunk=chunk)
   if mesh is None:
     return jax.jit(step_fn, donate_argnums=(0, 1)), jax.jit(tx.init), None
-  replicated = NamedSharding(mesh, PartitionSpec())
-  batch_axes = tuple(a for a in BATCH_AXES if mesh.shape.get(a, 1) > 1)
-  batch_sh = NamedSharding(mesh, PartitionSpec(None, batch_axes or None))
-  param_sh = jax.tree.map(lambda x: x.sharding, params)
-  opt_sh = optax.tree_map_params(tx, lambda _, sh: sh, jax.eval_shape(tx.init, params), param_sh,
-                                 transform_non_params=lambda _: replicated)
+  replicated, batch_sh, param_sh, opt_sh = step_shardings(tx, mesh, params)
   step = jax.jit(step_fn, donate_argnums=(0, 1),
                  in_shardings=(param_sh, opt_sh, jax.tree.map(lambda x: x.sharding, rest),
                                batch_sh),
