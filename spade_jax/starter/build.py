@@ -60,9 +60,9 @@ class BuildSize:
 SIZES: dict[str, BuildSize] = {
     "starter": BuildSize(
         preset="starter", tokenizer_chars=8_000_000, pretrain_chars=12_000_000, window=1024,
-        pretrain_rows=8, pretrain=StageSettings(num_steps=300, learning_rate=2e-3,
-                                                warmup_steps=20, save_every=25),
-        env_count=320, sft_tokens_per_step=16_384, sft_epochs=2, sft_learning_rate=1e-3),
+        pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
+                                                warmup_steps=20, save_every=20),
+        env_count=320, sft_tokens_per_step=16_384, sft_epochs=1, sft_learning_rate=1e-3),
     "ci": BuildSize(
         preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
