@@ -54,6 +54,9 @@ class BuildSize:
   sft_min_bucket: int = 256  # fine-tuning length buckets (batches.bucket_length)
   sft_bucket_step: int = 1024
   sft_max_length: int | None = None  # longer examples are left out; None: the model's positions
+  # Matmul dtype of both stages (parameters and AdamW moments stay float32): bf16 x bf16 -> fp32
+  # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
+  compute_dtype: str = "bfloat16"
   designer_per_env: int = 1
 
 
@@ -62,13 +65,14 @@ SIZES: dict[str, BuildSize] = {
         preset="starter", tokenizer_chars=8_000_000, pretrain_chars=12_000_000, window=1024,
         pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
                                                 warmup_steps=20, save_every=20),
-        env_count=320, sft_tokens_per_step=16_384, sft_epochs=1, sft_learning_rate=1e-3),
+        env_count=320, sft_tokens_per_step=16_384, sft_epochs=2, sft_learning_rate=1e-3),
     "ci": BuildSize(
         preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
                                                 warmup_steps=2, save_every=10),
         env_count=4, sft_tokens_per_step=8192, sft_epochs=1, sft_learning_rate=3e-3,
-        sft_min_bucket=4096, sft_bucket_step=4096, sft_max_length=4096),  # one shape, one compile
+        sft_min_bucket=4096, sft_bucket_step=4096, sft_max_length=4096,  # one shape, one compile
+        compute_dtype="float32"),
 }
 
 
@@ -95,7 +99,7 @@ class Build:
     self.settings = SelfPlaySettings.from_config(self.config)
     self.progress, self.seed = progress, seed
     self.deadline = None if minutes is None else time.time() + 60 * minutes
-    self.cfg = get_preset(self.size.preset)
+    self.cfg = get_preset(self.size.preset, compute_dtype=self.size.compute_dtype)
 
   def run(self) -> dict[str, Any]:
     self.stages.mkdir(parents=True, exist_ok=True)
@@ -173,7 +177,8 @@ class Build:
     steps = self.size.sft_epochs * plan.steps_per_epoch()
     stage = StageSettings(num_steps=steps, learning_rate=self.size.sft_learning_rate,
                           warmup_steps=max(1, steps // 20), save_every=max(1, steps // 10))
-    model = from_pretrained(self.stages / "pretrain_model", dtype="float32")
+    model = from_pretrained(self.stages / "pretrain_model", dtype="float32",
+                            compute_dtype=self.cfg.compute_dtype)
     result = train("sft", model, plan, stage, self.stages / "sft", mesh, progress=self.progress,
                    deadline=self.deadline)
     if not result["stopped_early"]:
