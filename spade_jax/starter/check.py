@@ -60,8 +60,11 @@ def design_requests(passages: list[str], settings: SelfPlaySettings,
   for i, text in enumerate(passages):
     category = settings.skills[i % len(settings.skills)]
     pool = [s for s in seeds if s.category == category] or seeds
+    turn = i // len(settings.skills)  # this category's turn: its seeds in rotation
+    picked = [pool[(turn + j) % len(pool)]
+              for j in range(min(settings.memory_sample_size, len(pool)))]
     memory = tuple(prompts.MemoryView(s.category, s.source, s.hint, None, None, None)
-                   for s in pool[i % len(pool):][:settings.memory_sample_size])
+                   for s in picked)
     requests.append(designer.DesignRequest(i, category, f"check/{i}", text[:max_chars], memory))
   return requests
 
