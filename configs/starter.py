@@ -11,12 +11,13 @@ are exactly the prompts this run sends. Choices, and why:
   in minutes; k = 2 still delays the designer's update by a refresh.
 * G = 4 episodes per arm: the smallest group whose advantages are not all +-1, and 6 x 2 x 4 =
   48 episodes fit one wave of 48 decode slots.
-* memory sample size 1 and passages of 600 characters: the designer prompt stays near 2.5k
-  tokens with the starter tokenizer, so prompt + a 1,536-token design fit 8,192 positions
-  (the starter preset's) without `fitted_prompt` cutting anything.
-* designer replies up to 1,536 tokens (a seed game is 700-1,400 with this tokenizer, plus the
-  hint); agent replies up to 48 (one `<action>...</action>`, no reasoning: the starter never
-  learned to think first); 6 turns an episode.
+* memory sample size 1 and passages of 600 characters: the designer prompt stays under about
+  2.7k tokens with the starter tokenizer, so prompt + a 2,048-token design fit 8,192
+  positions (the starter preset's) without `fitted_prompt` cutting anything.
+* designer replies up to 2,048 tokens (a train seed game with its fence and hint is at most
+  about 1.5k with this tokenizer; variants may be longer); agent replies up to 48 (one
+  `<action>...</action>`, no reasoning: the starter never learned to think first); 6 turns
+  an episode.
 * AdamW at 1e-5 with KL 0.01 to the starter: a small model fine-tuned on a narrow set moves
   fast, and the KL keeps the designer near the distribution that writes valid code.
 """
@@ -42,9 +43,9 @@ def get_config() -> ConfigDict:
   c.selfplay.group_size = 4  # G episodes per arm
   c.selfplay.categories_per_step = 2  # categories per refresh
   c.selfplay.max_turns = 6  # episode cap
-  c.selfplay.memory.sample_size = 1  # one memory entry per designer prompt (prompt ~2.5k tokens)
+  c.selfplay.memory.sample_size = 1  # one memory entry per designer prompt (prompt < 2.7k tokens)
   c.corpus.max_chars = 600  # short passages: the prompt fits beside a whole design
-  c.sampling.designer = {"max_new_tokens": 1536, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+  c.sampling.designer = {"max_new_tokens": 2048, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.sampling.agent = {"max_new_tokens": 48, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.engine.num_slots = 48  # 6 envs x 2 arms x G=4 episodes in one wave
   c.engine.max_cache_len = 8192  # the starter preset's max_position_embeddings
