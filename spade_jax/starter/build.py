@@ -132,10 +132,11 @@ class Build:
   def _tokenizer(self) -> dict[str, Any]:
     docs = pretrain_text.documents(self.size.tokenizer_chars)
     tok = tokenizer_train.train(docs, self.cfg.vocab_size)
-    tmp = self.stages / "tokenizer.tmp"
+    tmp, final = self.stages / "tokenizer.tmp", self.stages / "tokenizer"
     shutil.rmtree(tmp, ignore_errors=True)
     tokenizer_train.save(tok, tmp)
-    os.replace(tmp, self.stages / "tokenizer")
+    shutil.rmtree(final, ignore_errors=True)  # left by a run killed before its marker
+    os.replace(tmp, final)
     return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs))}
 
   def tokenizer(self):
