@@ -5,10 +5,14 @@ Weight decay applies to matrices only (ndim >= 2); norm scales are not decayed.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import jax
 import optax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from spade_jax.rl.config import RLConfig
+from spade_jax.rl.step_inputs import BATCH_AXES
 
 
 def learning_rate_schedule(cfg: RLConfig) -> optax.Schedule:
@@ -32,3 +36,22 @@ def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
   if cfg.grad_clip_norm > 0:
     return optax.chain(optax.clip_by_global_norm(cfg.grad_clip_norm), adamw)
   return adamw
+
+
+class StepShardings(NamedTuple):
+  """Where a jitted update's arguments live on a mesh."""
+  replicated: NamedSharding
+  batch: NamedSharding  # [M, mb, ...] arrays: micro-batch rows over the data and fsdp axes
+  params: Any  # each parameter's own sharding
+  opt_state: Any  # each moment like its parameter; counters replicated
+
+
+def step_shardings(tx: optax.GradientTransformation, mesh: Mesh, params) -> StepShardings:
+  """The shardings of a train step's parameters, optimiser state and batch on `mesh`."""
+  replicated = NamedSharding(mesh, PartitionSpec())
+  batch_axes = tuple(a for a in BATCH_AXES if mesh.shape.get(a, 1) > 1)
+  param_sh = jax.tree.map(lambda x: x.sharding, params)
+  opt_sh = optax.tree_map_params(tx, lambda _, sh: sh, jax.eval_shape(tx.init, params), param_sh,
+                                 transform_non_params=lambda _: replicated)
+  return StepShardings(replicated, NamedSharding(mesh, PartitionSpec(None, batch_axes or None)),
+                       param_sh, opt_sh)

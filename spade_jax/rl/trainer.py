@@ -28,9 +28,8 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import Mesh
 
 from spade_jax.model.load import write_model_config
 from spade_jax.model.sharding import state_shardings
@@ -39,7 +38,7 @@ from spade_jax.rl.aggregation import token_weights
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
 from spade_jax.rl.config import RLConfig
-from spade_jax.rl.optim import learning_rate_schedule, make_optimizer
+from spade_jax.rl.optim import learning_rate_schedule, make_optimizer, step_shardings
 from spade_jax.rl.step_inputs import BATCH_AXES, prepare_batch
 from spade_jax.rl.train_step import train_step
 
@@ -221,12 +220,7 @@ def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
   if mesh is None:
     step = jax.jit(step_fn, donate_argnums=(0, 1), compiler_options=options)
     return _Fns(jax.jit(tx.init), jax.jit(copy), step, None)
-  replicated = NamedSharding(mesh, PartitionSpec())
-  batch_axes = tuple(a for a in BATCH_AXES if mesh.shape.get(a, 1) > 1)
-  batch_sh = NamedSharding(mesh, PartitionSpec(None, batch_axes or None))
-  param_sh = jax.tree.map(lambda x: x.sharding, params)
-  opt_sh = optax.tree_map_params(tx, lambda _, sh: sh, jax.eval_shape(tx.init, params), param_sh,
-                                 transform_non_params=lambda _: replicated)
+  replicated, batch_sh, param_sh, opt_sh = step_shardings(tx, mesh, params)
   step = jax.jit(step_fn, donate_argnums=(0, 1),
                  in_shardings=(param_sh, opt_sh, param_sh if cfg.beta > 0 else None,
                                jax.tree.map(lambda x: x.sharding, rest), batch_sh),

@@ -6,7 +6,7 @@ running every environment, `SplitPool` runs only this process's share of each ca
 own pool and exchanges the results, so every process returns the same full list and builds
 the same training batch. The split is deterministic and balanced: the items of a `validate`
 or `reset` call are dealt round-robin, each call going on where the previous one stopped
-(so odd counts even out over calls), and an episode's later `step` and
+(so odd counts even out over calls), and an episode's later `step`, `oracle_actions` and
 `close_episodes` go to the process that reset it (its interpreter lives there).
 
 The exchange is injected (`Exchange`: `rank`, `size`, `all_gather`), so this module stays
@@ -21,7 +21,7 @@ import collections
 from collections.abc import Hashable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from spade_jax.sandbox.api import EnvPool, EnvStep, ValidationResult
+from spade_jax.sandbox.api import EnvPool, EnvStep, OracleActions, ValidationResult
 
 T = TypeVar("T")
 
@@ -70,15 +70,20 @@ class SplitPool:
     return records
 
   def step(self, actions: Sequence[tuple[Hashable, str]]) -> list[EnvStep]:
-    unknown = [eid for eid, _ in actions if eid not in self._owner]
-    if unknown:
-      raise KeyError(f"step for episodes that were never reset (or are done): {unknown[:5]}")
+    self._check_owned([eid for eid, _ in actions])
     mine = [i for i, (eid, _) in enumerate(actions) if self._owner[eid] == self.exchange.rank]
     self.local_counts["step"] += len(mine)
     records = self._merged(len(actions), mine, lambda: self.pool.step([actions[i]
                                                                         for i in mine]))
     self._forget(eid for (eid, _), rec in zip(actions, records, strict=True) if rec.done)
     return records
+
+  def oracle_actions(self, episode_ids: Sequence[Hashable]) -> list[OracleActions]:
+    """oracle_actions() of live episodes, each asked of the process that reset it."""
+    self._check_owned(episode_ids)
+    mine = [i for i, eid in enumerate(episode_ids) if self._owner[eid] == self.exchange.rank]
+    return self._merged(len(episode_ids), mine,
+                        lambda: self.pool.oracle_actions([episode_ids[i] for i in mine]))
 
   def close_episodes(self, episode_ids: Sequence[Hashable]) -> None:
     mine = [eid for eid in episode_ids if self._owner.get(eid) == self.exchange.rank]
@@ -108,6 +113,11 @@ class SplitPool:
     if missing:
       raise RuntimeError(f"no process ran items {missing[:5]} of a call of {n}")
     return out
+
+  def _check_owned(self, episode_ids: Sequence[Hashable]) -> None:
+    unknown = [eid for eid in episode_ids if eid not in self._owner]
+    if unknown:
+      raise KeyError(f"episodes that were never reset (or are done): {unknown[:5]}")
 
   def _forget(self, episode_ids) -> None:
     for eid in list(episode_ids):

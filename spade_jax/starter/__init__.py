@@ -1,1 +1,1 @@
-"""spade_jax.starter: a starter policy built offline from package data (issue 22)."""
+"""The starter policy: a small Qwen3 built offline from package data (`python -m spade_jax.starter`)."""

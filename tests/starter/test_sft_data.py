@@ -9,6 +9,7 @@ from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
 from spade_jax.envs.library import load_seed_library
 from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.sandbox.split import LocalExchange, SplitPool
 from spade_jax.selfplay import corpus, designer, prompts, replies
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.prompts import MemoryView
@@ -163,3 +164,13 @@ def test_corrupted_plans_differ_from_the_oracle():
     assert sft_data.corrupt(plan, attempt, rng) != plan
   assert replies.extract_action(replies.format_action("<action>{}</action>", "x {y}"),
                                 "<action>{}</action>") == "x {y}"
+
+
+def test_oracle_actions_through_the_split_pool_go_to_the_episode_owner(pool, envs):
+  split = SplitPool(pool, LocalExchange())  # what run.build_pool gives the build and the loop
+  split.reset([("a", envs[0].source, 3)])
+  (a,) = split.oracle_actions(["a"])
+  assert a.actions[0].startswith("guess ") and a.error_kind is None
+  with pytest.raises(KeyError, match="never reset"):
+    split.oracle_actions(["gone"])
+  split.close_episodes(["a"])

@@ -1,0 +1,234 @@
+"""`build`: tokenizer -> environment set -> pretraining -> fine-tuning -> Hugging Face directory.
+
+Each stage leaves its result under <out>/stages/ and a `<stage>.done.json` marker; running the
+command again skips finished stages, and a training stage killed part-way continues from its
+last checkpoint (train_stage.py). Every random choice is seeded and every file list sorted,
+so the same installation and command give the same model. The result is <out> itself:
+config.json + model.safetensors (save_pretrained) beside tokenizer.json and
+tokenizer_config.json (with the chat template), which `spade_jax.model.from_pretrained`,
+`python -m spade_jax.eval run --checkpoint <out>` and transformers open.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import shutil
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+from spade_jax import config_schema, run
+from spade_jax.model import from_pretrained, get_preset, make_mesh, save_pretrained
+from spade_jax.model.testing import random_model
+from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.starter import pretrain_text, sft_data, tokenizer_train, variants
+from spade_jax.starter.batches import BucketPlan, WindowPlan
+from spade_jax.starter.lm_step import batch_multiple
+from spade_jax.starter.train_stage import StageSettings, train
+from spade_jax.tokenizer import load_tokenizer
+from spade_jax.tokenizer.base import ENDOFTEXT
+
+STAGES = ("tokenizer", "envs", "pretrain", "sft", "export")
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSize:
+  """Everything `--size` sets: model, data amounts and the two training stages."""
+
+  preset: str
+  tokenizer_chars: int  # text the BPE is trained on
+  pretrain_chars: int  # pretraining text (code + science)
+  window: int  # pretraining sequence length
+  pretrain_rows: int  # windows a step
+  pretrain: StageSettings
+  env_count: int  # environments in the fine-tuning set
+  sft_tokens_per_step: int  # padded tokens a fine-tuning step
+  sft_epochs: int
+  sft_learning_rate: float
+  sft_min_bucket: int = 256  # fine-tuning length buckets (batches.bucket_length)
+  sft_bucket_step: int = 1024
+  sft_max_length: int | None = None  # longer examples are left out; None: the model's positions
+  # Matmul dtype of both stages (parameters and AdamW moments stay float32): bf16 x bf16 -> fp32
+  # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
+  compute_dtype: str = "bfloat16"
+  designer_per_env: int = 1
+
+
+SIZES: dict[str, BuildSize] = {
+    "starter": BuildSize(
+        preset="starter", tokenizer_chars=8_000_000, pretrain_chars=12_000_000, window=1024,
+        pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
+                                                warmup_steps=20, save_every=20),
+        env_count=320, sft_tokens_per_step=16_384, sft_epochs=2, sft_learning_rate=1e-3),
+    "ci": BuildSize(
+        preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
+        pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
+                                                warmup_steps=2, save_every=10),
+        env_count=4, sft_tokens_per_step=8192, sft_epochs=1, sft_learning_rate=3e-3,
+        sft_min_bucket=4096, sft_bucket_step=4096, sft_max_length=4096,  # one shape, one compile
+        compute_dtype="float32"),
+}
+
+
+def load_config(name: str = "starter") -> Any:
+  """`get_config()` of a configs/ module (or a path), e.g. the starter's own."""
+  path = config_schema.resolve_config_path(name).partition(":")[0]
+  spec = importlib.util.spec_from_file_location(f"spade_config_{pathlib.Path(path).stem}", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
+
+
+class Build:
+  """The stages of one build directory; `run()` does what is not done yet."""
+
+  def __init__(self, out: str | os.PathLike, size: str = "starter", *, config: str = "starter",
+               minutes: float | None = None, progress: bool = True, seed: int = 0):
+    if size not in SIZES:
+      raise ValueError(f"--size {size!r}: expected one of {sorted(SIZES)}")
+    self.out = pathlib.Path(out).absolute()
+    self.stages = self.out / "stages"
+    self.size, self.size_name = SIZES[size], size
+    self.config = load_config(config)
+    self.settings = SelfPlaySettings.from_config(self.config)
+    self.progress, self.seed = progress, seed
+    self.deadline = None if minutes is None else time.time() + 60 * minutes
+    self.cfg = get_preset(self.size.preset, compute_dtype=self.size.compute_dtype)
+
+  def run(self) -> dict[str, Any]:
+    self.stages.mkdir(parents=True, exist_ok=True)
+    summary = {"size": self.size_name, "preset": self.size.preset}
+    for name in STAGES:
+      marker = self.stages / f"{name}.done.json"
+      if marker.is_file():
+        summary[name] = json.loads(marker.read_text())
+        self._say(f"stage {name}: done before, skipped")
+        continue
+      began = time.time()
+      self._say(f"stage {name} ...")
+      result = getattr(self, f"_{name}")()
+      result["wall_s"] = round(time.time() - began, 1)
+      if not result.get("stopped_early"):
+        _write_json(marker, result)
+      summary[name] = result
+      if result.get("stopped_early"):
+        self._say(f"stage {name} stopped at the --minutes deadline; run again to continue")
+        break
+    _write_json(self.out / "build.json", summary)
+    return summary
+
+  def _say(self, text: str) -> None:
+    if self.progress:
+      print(text, file=sys.stderr, flush=True)
+
+  # --- stages -----------------------------------------------------------------------------
+
+  def _tokenizer(self) -> dict[str, Any]:
+    docs = pretrain_text.documents(self.size.tokenizer_chars)
+    tok = tokenizer_train.train(docs, self.cfg.vocab_size)
+    tmp, final = self.stages / "tokenizer.tmp", self.stages / "tokenizer"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer_train.save(tok, tmp)
+    shutil.rmtree(final, ignore_errors=True)  # left by a run killed before its marker
+    os.replace(tmp, final)
+    return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs))}
+
+  def tokenizer(self):
+    return load_tokenizer(self.stages / "tokenizer")
+
+  def _envs(self) -> dict[str, Any]:
+    envs = variants.build_env_set(self.stages / "envs.jsonl", count=self.size.env_count,
+                                  seed=self.seed, num_workers=int(self.config.sandbox.num_workers),
+                                  progress=self.progress)
+    return {"count": len(envs)}
+
+  def _pretrain(self) -> dict[str, Any]:
+    tok = self.tokenizer()
+    cache = self.stages / "pretrain_tokens.npz"
+    if not cache.is_file():
+      docs = [tok.encode(d) for d in pretrain_text.documents(self.size.pretrain_chars)]
+      windows = WindowPlan.from_documents(docs, tok.token_to_id(ENDOFTEXT), self.size.window,
+                                          1).windows
+      _save_npz(cache, windows=windows)
+    mesh = self._mesh()
+    rows = -(-self.size.pretrain_rows // batch_multiple(mesh)) * batch_multiple(mesh)
+    plan = WindowPlan(np.load(cache)["windows"], rows, self.seed)
+    model = random_model(self.cfg, seed=self.seed)
+    result = train("pretrain", model, plan, self.size.pretrain, self.stages / "pretrain", mesh,
+                   progress=self.progress, deadline=self.deadline)
+    if not result["stopped_early"]:
+      save_pretrained(model, self.stages / "pretrain_model")
+    return {**result, "windows": int(plan.windows.shape[0]),
+            "tokens_per_step": plan.tokens_per_step()}
+
+  def _sft(self) -> dict[str, Any]:
+    examples, roles = self._examples()
+    mesh = self._mesh()
+    plan = BucketPlan.build(examples,
+                            max_length=self.size.sft_max_length or self.cfg.max_position_embeddings,
+                            tokens_per_step=self.size.sft_tokens_per_step,
+                            multiple_of=batch_multiple(mesh), min_bucket=self.size.sft_min_bucket,
+                            bucket_step=self.size.sft_bucket_step, seed=self.seed)
+    steps = self.size.sft_epochs * plan.steps_per_epoch()
+    stage = StageSettings(num_steps=steps, learning_rate=self.size.sft_learning_rate,
+                          warmup_steps=max(1, steps // 20), save_every=max(1, steps // 10))
+    model = from_pretrained(self.stages / "pretrain_model", dtype="float32",
+                            compute_dtype=self.cfg.compute_dtype)
+    result = train("sft", model, plan, stage, self.stages / "sft", mesh, progress=self.progress,
+                   deadline=self.deadline)
+    if not result["stopped_early"]:
+      save_pretrained(model, self.stages / "sft_model")
+    return {**result, "examples": roles, "kept": len(plan.tokens), "batches": len(plan.batches)}
+
+  def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
+    """Designer and agent examples (cached in sft_examples.jsonl: playing them takes time)."""
+    cache = self.stages / "sft_examples.jsonl"
+    if not cache.is_file():
+      tok, envs = self.tokenizer(), variants.load_env_set(self.stages / "envs.jsonl")
+      pool = run.build_pool(self.config)
+      try:
+        rows = (sft_data.designer_examples(envs, tok, self.settings, seed=self.seed,
+                                           per_env=self.size.designer_per_env)
+                + sft_data.agent_examples(envs, tok, self.settings, pool, seed=self.seed))
+      finally:
+        pool.close()
+      tmp = cache.with_suffix(".tmp")
+      with tmp.open("w", encoding="utf-8") as f:
+        for ex in rows:
+          f.write(json.dumps({"tokens": ex.tokens, "loss_mask": ex.loss_mask,
+                              "role": ex.role}) + "\n")
+      os.replace(tmp, cache)
+    examples, roles = [], {}
+    for line in cache.read_text(encoding="utf-8").splitlines():
+      row = json.loads(line)
+      examples.append((row["tokens"], row["loss_mask"]))
+      roles[row["role"]] = roles.get(row["role"], 0) + 1
+    return examples, roles
+
+  def _export(self) -> dict[str, Any]:
+    model = from_pretrained(self.stages / "sft_model", dtype="float32")
+    files = save_pretrained(model, self.out)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+      shutil.copyfile(self.stages / "tokenizer" / name, self.out / name)
+    return {"files": files}
+
+  def _mesh(self):
+    return make_mesh(dict(self.config.mesh))
+
+
+def _save_npz(path: pathlib.Path, **arrays: np.ndarray) -> None:
+  tmp = path.with_name(path.name + ".tmp.npz")
+  np.savez(tmp, **arrays)
+  os.replace(tmp, path)
+
+
+def _write_json(path: pathlib.Path, data: dict[str, Any]) -> None:
+  tmp = path.with_suffix(".tmp")
+  tmp.write_text(json.dumps(data, indent=1) + "\n")
+  os.replace(tmp, path)

@@ -1,0 +1,93 @@
+"""`build --size ci` end to end in real subprocesses: SIGKILLed inside pretraining, run again
+(it resumes from the checkpoint, replaying the same data), and the result loads in
+spade_jax and in transformers with matching logits."""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import torch
+import transformers
+
+from spade_jax.model import from_pretrained
+from spade_jax.tokenizer import load_tokenizer
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TOL = 1e-4
+
+
+def _env(tmp_path):
+  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one device: less compiling
+  return {**env, "PYTHONPATH": str(REPO), "JAX_PLATFORMS": "cpu",
+          "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "xla")}
+
+
+def _log(out):
+  path = out / "stages" / "pretrain" / "log.jsonl"
+  return [json.loads(x) for x in path.read_text().splitlines()] if path.is_file() else []
+
+
+def _killed_in_pretraining(out, env):
+  cmd = [sys.executable, "-m", "spade_jax.starter", "build", "--out", str(out), "--size", "ci", "--quiet"]
+  proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+  deadline = time.time() + 240
+  while time.time() < deadline and proc.poll() is None:
+    if (out / "stages" / "pretrain" / "checkpoints" / "10").is_dir() and len(_log(out)) >= 12:
+      proc.send_signal(signal.SIGKILL)
+      break
+    time.sleep(0.02)
+  proc.wait()
+  assert proc.returncode == -signal.SIGKILL, proc.stderr.read().decode()[-2000:]
+  assert not (out / "stages" / "pretrain.done.json").exists()
+  return cmd, {row["step"]: row["loss"] for row in _log(out)}
+
+
+def _target_loss(model_dir, examples):
+  """Mean next-token loss on the examples' target tokens, in transformers."""
+  hf = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+  total = count = 0.0
+  with torch.no_grad():
+    for ex in examples:
+      ids = torch.tensor([ex["tokens"]])
+      logp = torch.log_softmax(hf(ids).logits[0, :-1], -1)
+      picked = logp.gather(1, ids[0, 1:, None])[:, 0]
+      mask = torch.tensor(ex["loss_mask"][1:], dtype=torch.float32)
+      total, count = total - float((picked * mask).sum()), count + float(mask.sum())
+  return total / count
+
+
+def test_build_resumes_after_sigkill_and_loads_in_transformers(tmp_path):
+  out, env = tmp_path / "starter", _env(tmp_path)
+  cmd, first_losses = _killed_in_pretraining(out, env)
+  done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+  assert done.returncode == 0, done.stderr[-3000:]
+  summary = json.loads(done.stdout.strip().splitlines()[-1])
+  resumed = summary["pretrain"]["resumed_at"]
+  assert resumed >= 10 and resumed % 10 == 0  # the newest checkpoint, not step 0
+  rows = _log(out)
+  second = [r for r in rows if r["step"] > resumed][-(40 - resumed):]
+  assert [r["step"] for r in second] == list(range(resumed + 1, 41))
+  if resumed + 1 in first_losses:  # the same params and the same batch: the same loss
+    np.testing.assert_allclose(second[0]["loss"], first_losses[resumed + 1], rtol=1e-6)
+  examples = [json.loads(x) for x in
+              (out / "stages" / "sft_examples.jsonl").read_text().splitlines()][:6]
+  # Fine-tuning taught its examples: their target loss fell from the pretrained model's.
+  assert _target_loss(out, examples) < _target_loss(out / "stages" / "pretrain_model", examples)
+  assert summary["sft"]["examples"]["designer"] > 0 and summary["sft"]["examples"]["agent"] > 0
+
+  tok = load_tokenizer(out)
+  messages = [{"role": "user", "content": "Write a game about primes."}]
+  ids = tok.encode(tok.apply_chat_template(messages))
+  ours = np.asarray(from_pretrained(out, dtype="float32")(np.asarray([ids])))
+  hf = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
+  with torch.no_grad():
+    theirs = hf(torch.tensor([ids])).logits.numpy()
+  np.testing.assert_allclose(ours, theirs, atol=TOL, rtol=TOL)
+  hf_tok = transformers.AutoTokenizer.from_pretrained(out)
+  assert hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == (
+      tok.apply_chat_template(messages))
