@@ -23,6 +23,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from spade_jax import storage
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
@@ -112,7 +113,8 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
   requests = [SuiteRequest(name, limit=evals.limit, samples=evals.samples)
               for name in evals.suites]
   # Every host generates (rollouts are SPMD); only the chief writes the records.
-  out = os.path.join(workdir, "eval", f"step_{step}.jsonl") if jax.process_index() == 0 else None
+  out = (storage.join(workdir, "eval", f"step_{step}.jsonl") if jax.process_index() == 0
+         else None)
   summaries = evaluate(requests, generator, pool, out, max_new_tokens=evals.max_new_tokens)
   scalars = {}
   for s in summaries.values():
@@ -124,10 +126,11 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
 def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
   """Trains until config.train.num_steps; returns the last step's record (None if none ran).
 
-  `mesh` defaults to `make_mesh(config.mesh)`.
+  `mesh` defaults to `make_mesh(config.mesh)`. `workdir` is a local directory or a gs://
+  URL (spade_jax/storage.py); one that cannot be written fails first (StorageError).
   """
   workdir = os.fspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  storage.probe(workdir)
   settings = SelfPlaySettings.from_config(config)
   evals = EvalSettings.from_config(config)
   metrics = MetricsSettings.from_config(config)  # a bad embedding_model fails before compiling

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import pathlib
 import sys
 import time
 
+from spade_jax import storage
 from spade_jax.engine.api import SamplingParams
 from spade_jax.eval import compare, evaluate
 from spade_jax.eval.generate import Generator
@@ -37,14 +37,14 @@ def _pool(isolation: str, timeout_s: float) -> SandboxPool:
   return SandboxPool(num_workers=2, reset_timeout_s=timeout_s, isolation=isolation)
 
 
-def _summary_path(out: str) -> pathlib.Path:
-  path = pathlib.Path(out)
+def _summary_path(out: str):
+  path = storage.path(out)  # a local file or gs://
   return path.with_name(path.name.removesuffix(".jsonl") + ".summary.json")
 
 
 def _write_summary(out: str, summaries, meta: dict) -> None:
   doc = {**meta, "suites": {name: s.to_json() for name, s in summaries.items()}}
-  _summary_path(out).write_text(json.dumps(doc, indent=1) + "\n")
+  storage.write_text(_summary_path(out), json.dumps(doc, indent=1) + "\n")
   for s in summaries.values():
     print(f"{s.suite}: {s.metric} = {s.value:.4f} ± {s.stderr:.4f} (n={s.n}, "
           f"no answer {s.no_answer}, unscored {s.unscored}) {s.extra or ''}")
@@ -95,7 +95,7 @@ def _score(args) -> None:
 
 def _compare(args) -> None:
   print(compare.table(compare.load_summary(args.a), compare.load_summary(args.b),
-                      (pathlib.Path(args.a).stem[:10], pathlib.Path(args.b).stem[:10])))
+                      (storage.path(args.a).stem[:10], storage.path(args.b).stem[:10])))
 
 
 def main(argv=None) -> None:

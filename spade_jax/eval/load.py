@@ -8,8 +8,7 @@ own (tokenizer.json) unless `--tokenizer` names one (a trainer workdir has none)
 
 from __future__ import annotations
 
-import pathlib
-
+from spade_jax import storage
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.model.load import load_model
 from spade_jax.tokenizer import load_tokenizer
@@ -18,7 +17,7 @@ from spade_jax.tokenizer import load_tokenizer
 def tokenizer_for(checkpoint: str, tokenizer: str | None):
   if tokenizer:
     return load_tokenizer(tokenizer)
-  path = pathlib.Path(checkpoint).expanduser()
+  path = storage.path(checkpoint)  # a local directory or gs://
   if path.is_dir() and not (path / "tokenizer.json").is_file():
     raise ValueError(f"{checkpoint} has no tokenizer.json: pass --tokenizer (a directory or hub "
                      "id with tokenizer.json, or 'tiny')")
