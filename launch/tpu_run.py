@@ -31,7 +31,7 @@ def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
                                   flag_values=fv)
   config, path = config_schema.parse_config_args(argv, fv)
   name = config_schema.config_name(path)
-  return config, workdir.value or os.path.join("runs", name), distributed.value
+  return config, workdir.value or os.fspath(storage.join("runs", name)), distributed.value
 
 
 def _several_hosts() -> bool:

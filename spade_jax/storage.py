@@ -23,6 +23,7 @@ import os
 import socket
 import sys
 import threading
+import urllib.parse
 import uuid
 from typing import IO, Any
 
@@ -38,7 +39,8 @@ class StorageError(OSError):
   """A workdir or file that cannot be reached: one line naming the URL and the cause."""
 
 
-def _configure_gcs() -> None:
+def configure_gcs() -> None:
+  """The two gs:// settings above; run at import, again after STORAGE_EMULATOR_HOST changes."""
   os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
   imported = sys.modules.get("gcsfs.core")  # else deferred to the first gs:// use
   for protocol in ("gs", "gcs"):
@@ -53,7 +55,7 @@ def _configure_gcs() -> None:
     os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator)  # orbax's arrays, likewise
 
 
-_configure_gcs()
+configure_gcs()
 
 
 def is_url(path: PathLike) -> bool:
@@ -111,6 +113,15 @@ def listdir(p: PathLike) -> list[str]:
   """The names in a directory (sorted); [] if it does not exist."""
   p = path(p)
   return sorted(c.name for c in p.iterdir()) if p.is_dir() else []
+
+
+def files(p: PathLike) -> list[epath.Path]:
+  """Every file under a directory, at any depth (sorted)."""
+  p = path(p)
+  if is_url(p):
+    protocol = os.fspath(p).split("://", 1)[0]
+    return sorted(epath.Path(f"{protocol}://{f}") for f in _fs(p).find(os.fspath(p)))
+  return sorted(f for f in p.rglob("*") if f.is_file())
 
 
 def open_file(p: PathLike, mode: str = "r", encoding: str | None = "utf-8") -> IO[Any]:
@@ -222,27 +233,49 @@ def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     except OSError as e:
       raise StorageError(f"workdir {p}: cannot be created ({e.strerror or e})") from None
     return
-  outcome: list[BaseException | None] = []
-  probe_file = p / f".probe-{socket.gethostname()}-{os.getpid()}"
-
-  def attempt() -> None:
-    try:
-      fs = _fs(p)
-      fs.pipe_file(os.fspath(probe_file), b"spade_jax workdir probe\n")
-      fs.rm_file(os.fspath(probe_file))
-      outcome.append(None)
-    except BaseException as e:  # noqa: BLE001 - reported as one line by the caller
-      outcome.append(e)
-
-  worker = threading.Thread(target=attempt, name="spade_jax-storage-probe", daemon=True)
+  outcome: list[str | None] = []
+  worker = threading.Thread(target=lambda: outcome.append(_probe_url(p)), daemon=True,
+                            name="spade_jax-storage-probe")
   worker.start()
   worker.join(timeout_s)
   if not outcome:
-    where = os.environ.get("STORAGE_EMULATOR_HOST") or "storage.googleapis.com"
-    raise StorageError(f"workdir {workdir}: no answer from {where} within {timeout_s:.0f} s "
-                       "(network, or the emulator's STORAGE_EMULATOR_HOST)")
+    raise StorageError(f"workdir {workdir}: no answer from {_endpoint()} within "
+                       f"{timeout_s:.0f} s")
   if outcome[0] is not None:
-    raise StorageError(f"workdir {workdir}: cannot write there ({_cause(outcome[0])})")
+    raise StorageError(f"workdir {workdir}: {outcome[0]}")
+
+
+def _endpoint() -> str:
+  emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+  return emulator if emulator not in ("", "default") else "https://storage.googleapis.com"
+
+
+def _probe_url(p: epath.Path) -> str | None:
+  """None if a small object can be written at `p` and removed, else why not."""
+  endpoint = _endpoint()
+  if "STORAGE_EMULATOR_HOST" not in os.environ or endpoint.endswith("googleapis.com"):
+    try:
+      import google.auth  # pylint: disable=import-outside-toplevel  (installed with gcsfs)
+      google.auth.default()
+    except Exception as e:  # noqa: BLE001 - any failure: no usable credentials
+      return (f"no Google Cloud credentials ({_cause(e)}); on a VM give it a service account "
+              "with storage access, elsewhere run `gcloud auth application-default login`")
+  parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+  port = parsed.port or (443 if parsed.scheme == "https" else 80)
+  try:
+    socket.create_connection((parsed.hostname, port), timeout=10).close()
+  except OSError as e:
+    return f"cannot connect to {parsed.hostname}:{port} ({_cause(e)})"
+  probe_file = os.fspath(p / f".probe-{socket.gethostname()}-{os.getpid()}")
+  try:
+    fs = _fs(p)
+    fs.pipe_file(probe_file, b"spade_jax workdir probe\n")
+    fs.rm_file(probe_file)
+  except FileNotFoundError:
+    return f"bucket {os.fspath(p).split('/')[2]!r} does not exist"
+  except Exception as e:  # noqa: BLE001 - reported as one line
+    return f"cannot write there ({_cause(e)})"
+  return None
 
 
 def _cause(error: BaseException) -> str:

@@ -89,6 +89,4 @@ def score_file(name: str, predictions_path, data: str | None = None, pool=None,
 
 def _open(path):
   """The JSONL sink: `path`, or os.devnull when no file was asked for."""
-  if path is None:
-    return open(os.devnull, "w")  # noqa: SIM115 (context-managed by the caller)
-  return storage.open_file(path, "w")  # a local file or gs://, parents made
+  return storage.open_file(os.devnull if path is None else path, "w")  # local or gs://

@@ -24,7 +24,7 @@ def _parse(*args):
 def test_config_path_forms(arg):
   config, workdir, distributed = _parse("--config", arg)
   assert config.selfplay.num_envs == 24 and config.selfplay.k == 4
-  assert workdir == os.path.join("runs", "games") and distributed == "auto"
+  assert workdir == os.path.abspath(os.path.join("runs", "games")) and distributed == "auto"
 
 
 def test_overrides_and_workdir():
