@@ -5,6 +5,7 @@ import ast
 import builtins
 import io
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,9 +13,9 @@ import time
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from layering import PACKAGE_ROOT, imports_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from layering import PACKAGE_ROOT, imports_of
 from spade_jax import config_schema, storage
 from spade_jax.metrics.tensorboard import SummaryWriter
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
@@ -169,7 +170,7 @@ def test_probe_names_the_url_and_the_cause_in_one_line(gcs, monkeypatch):
 
 
 def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
-  with __import__("socket").socket() as s:  # a port nobody listens on
+  with socket.socket() as s:  # a port nobody listens on
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   env = dict(os.environ, STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}")
