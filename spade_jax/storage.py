@@ -2,12 +2,13 @@
 
 Paths are `etils.epath.Path`s, the path type orbax already takes, so a workdir
 `gs://bucket/run` and a local `runs/smoke` go through the same calls and nothing local is
-ever made for a URL. `gs://` goes through fsspec's gcsfs; two settings are made here, once:
+ever made for a URL. `gs://` goes through fsspec's gcsfs, set up here once:
 
   - gcsfs's default class first asks the gRPC storage-control API for each bucket's type
-    (zonal / hierarchical), which without that API (an emulator, no credentials) waits for
-    a 60 s timeout: gs:// is served by the plain `gcsfs.core.GCSFileSystem` instead (and
-    GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false is set for anything that imports gcsfs later);
+    (zonal / hierarchical), which without that API (an emulator, no credentials) waits out
+    a long timeout on every new bucket: gs:// is served by the plain
+    `gcsfs.core.GCSFileSystem` instead (and GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false is set
+    for anything that imports gcsfs later);
   - with STORAGE_EMULATOR_HOST set (the standard variable, honoured by gcsfs), requests go
     anonymously to the emulator; tensorstore, which orbax writes the arrays with, reads
     TENSORSTORE_GCS_HTTP_URL instead, which defaults to the same URL here.
@@ -40,13 +41,17 @@ class StorageError(OSError):
 
 
 def configure_gcs() -> None:
-  """The two gs:// settings above; run at import, again after STORAGE_EMULATOR_HOST changes."""
+  """The gs:// settings above (and no cached listings); run at import, and again after
+  STORAGE_EMULATOR_HOST changes."""
   os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
   imported = sys.modules.get("gcsfs.core")  # else deferred to the first gs:// use
   for protocol in ("gs", "gcs"):
     fsspec.register_implementation(
         protocol, imported.GCSFileSystem if imported else "gcsfs.core.GCSFileSystem",
         clobber=True)
+  # No cached listings: another host's write or rename (a quarantined checkpoint, a new
+  # step) must be seen at once, and gcsfs's cache never expires by default.
+  fsspec.config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
   emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
   if emulator and emulator != "default":
     fsspec.config.conf.setdefault("gs", {}).setdefault("token", "anon")
@@ -246,6 +251,9 @@ def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
 
 
 def _endpoint() -> str:
+  # No cached listings: another host's write or rename (a quarantined checkpoint, a new
+  # step) must be seen at once, and gcsfs's cache never expires by default.
+  fsspec.config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
   emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
   return emulator if emulator not in ("", "default") else "https://storage.googleapis.com"
 

@@ -104,6 +104,16 @@ def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monk
   assert not os.path.exists("gs:")
 
 
+def test_a_relative_compilation_cache_lives_under_the_workdir():
+  resolve = tpu_run.compilation_cache_dir
+  assert resolve("xla_cache", "gs://b/run") == "gs://b/run/xla_cache"  # the default
+  assert resolve("xla_cache", "/runs/a") == "/runs/a/xla_cache"
+  assert resolve("~/.cache/xla", "gs://b/run") == "~/.cache/xla"  # shared, as named
+  assert resolve("gs://b/xla", "/runs/a") == "gs://b/xla"
+  assert resolve("", "gs://b/run") == ""
+  assert config_schema.base_config().train.compilation_cache_dir == "xla_cache"
+
+
 def test_typo_in_override_fails():
   with pytest.raises(config_schema.ConfigError, match="unknown config field.*selfplay.kk"):
     _parse("--config=smoke.py", "--config.selfplay.kk=3")
