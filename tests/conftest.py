@@ -19,14 +19,16 @@ BUCKET = "spade-test"  # GCS bucket names have at least 3 characters
 
 @pytest.fixture(scope="session")
 def gcs():
-  """A GCS JSON API on the loopback (`gcp-storage-emulator`, in memory) with the bucket
+  """A GCS JSON API on the loopback (`gcp-storage-emulator`, in memory, through
+  tests/gcs_emulator.py) with the bucket
   BUCKET; yields "gs://<BUCKET>". STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL point this
   process and its children at it (spade_jax/storage.py), until the session ends."""
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
   url = f"http://127.0.0.1:{port}"
-  proc = subprocess.Popen([sys.executable, "-m", "gcp_storage_emulator", "start", "--host",
+  proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                        "gcs_emulator.py"), "start", "--host",
                            "127.0.0.1", "--port", str(port), "--default-bucket", BUCKET,
                            "--in-memory", "--quiet"], start_new_session=True,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

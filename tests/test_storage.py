@@ -13,6 +13,7 @@ import time
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import tensorstore as ts
 from layering import PACKAGE_ROOT, imports_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -127,6 +128,15 @@ def test_appends_and_tensorboard_events_grow_a_gcs_object(gcs, no_local_gs):
   acc.Reload()
   assert [e.step for e in acc.Tensors("loss")] == [1, 2]
   assert storage.listdir(f"{gcs}/append") == ["log.txt", "tb"]
+
+
+def test_tensorstore_reads_a_generation_and_writes_on_it(gcs):
+  """orbax's OCDBT manifests are updated by conditional writes on the generation read."""
+  kv = ts.KvStore.open(storage.tensorstore_kvstore(f"{gcs}/ts")).result()
+  kv.write("manifest", b"one").result()
+  read = kv.read("manifest").result()
+  kv.write("manifest", b"two", if_equal=read.stamp.generation).result()
+  assert kv.read("manifest").result().value == b"two"
 
 
 def _flip(path: str) -> None:
