@@ -97,7 +97,8 @@ def smoke_runs(tmp_path_factory, gcs):
   tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
   first = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
            "values": {t: _values(workdir, t) for t in tags},
-           "log": storage.read_text(f"{workdir}/log.txt"), "local": os.listdir(cwd)}
+           "log": storage.read_text(f"{workdir}/log.txt"), "local": os.listdir(cwd),
+           "bucket": storage.listdir(workdir), "cache": storage.listdir(f"{gcs}/jax_cache")}
   launch(3)
   second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
             "log": storage.read_text(f"{workdir}/log.txt"), "workdir": workdir}
@@ -129,7 +130,9 @@ def test_checkpoint_and_log(smoke_runs):
   first = smoke_runs[0]
   step, host_state = first["checkpoint"]
   assert step == 2 and host_state["step"] == 2
-  assert first["local"] == []  # everything went to the bucket
+  assert first["local"] == []  # everything went to the bucket, the compilation cache too
+  assert first["bucket"] == ["checkpoints", "curriculum.jsonl", "log.txt", "tb"]
+  assert first["cache"]
   lines = first["log"].splitlines()
   assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
   assert "designed" in lines[0] and "replayed" in lines[0]
