@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 
+import fsspec
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -128,6 +129,12 @@ def test_appends_and_tensorboard_events_grow_a_gcs_object(gcs, no_local_gs):
   acc.Reload()
   assert [e.step for e in acc.Tensors("loss")] == [1, 2]
   assert storage.listdir(f"{gcs}/append") == ["log.txt", "tb"]
+
+
+def test_gs_is_the_plain_gcsfs_class_that_sends_no_grpc_bucket_probe(gcs):
+  import gcsfs.core  # pylint: disable=import-outside-toplevel  (after storage's settings)
+  assert type(fsspec.filesystem("gs")) is gcsfs.core.GCSFileSystem
+  assert type(storage.path(f"{gcs}/x")._backend.fs(f"{gcs}/x")) is gcsfs.core.GCSFileSystem
 
 
 def test_tensorstore_reads_a_generation_and_writes_on_it(gcs):
