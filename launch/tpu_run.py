@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from absl import flags
 from ml_collections import ConfigDict
 
-from spade_jax import config_schema
+from spade_jax import config_schema, storage
 
 
 def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
@@ -31,7 +31,7 @@ def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
                                   flag_values=fv)
   config, path = config_schema.parse_config_args(argv, fv)
   name = config_schema.config_name(path)
-  return config, workdir.value or os.path.join("runs", name), distributed.value
+  return config, workdir.value or os.fspath(storage.join("runs", name)), distributed.value
 
 
 def _several_hosts() -> bool:
@@ -55,6 +55,15 @@ def distributed_args(env: Mapping[str, str]) -> dict[str, int]:
   return args
 
 
+def compilation_cache_dir(directory: str, workdir: str) -> str:
+  """config.train.compilation_cache_dir resolved: "" (off), a URL or an absolute or ~ path as
+  it is, a relative path under the workdir (the default, so a gs:// workdir keeps its cache
+  in the bucket, where a relaunch on a new VM finds it)."""
+  if not directory or storage.is_url(directory) or directory.startswith(("/", "~")):
+    return directory
+  return os.fspath(storage.join(workdir, directory))
+
+
 def use_compilation_cache(directory: str) -> None:
   """Points JAX's persistent compilation cache at `directory` ("" leaves it off), so a
   restarted or resumed run loads its compiled programs instead of compiling them again. A
@@ -62,15 +71,13 @@ def use_compilation_cache(directory: str) -> None:
   if not directory:
     return
   import jax  # pylint: disable=import-outside-toplevel
-  if "://" not in directory:
-    directory = os.path.expanduser(directory)
-    os.makedirs(directory, exist_ok=True)
-  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_compilation_cache_dir", os.fspath(storage.makedirs(directory)))
 
 
 def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
   config_schema.validate(config)
+  storage.probe(workdir)  # an unreachable or unwritable workdir fails before anything waits
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
     jax.distributed.initialize(**distributed_args(os.environ))
@@ -83,7 +90,7 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
                                   ) from None
   print(f"process {jax.process_index()}/{jax.process_count()}: mesh {dict(mesh.shape)}, "
         f"workdir {workdir}", flush=True)
-  use_compilation_cache(config.train.compilation_cache_dir)
+  use_compilation_cache(compilation_cache_dir(config.train.compilation_cache_dir, workdir))
   run.run(config, workdir, mesh)
 
 
@@ -92,9 +99,10 @@ def main() -> None:
   try:
     config, workdir, distributed = parse_args(sys.argv)
     launch(config, workdir, distributed)
-  except (config_schema.ConfigError, flags.Error, CheckpointError) as err:
-    # Bad input (a config field, a flag, a damaged or unreadable checkpoint): the message
-    # names the field or file; exit code 1, no traceback.
+  except (config_schema.ConfigError, flags.Error, CheckpointError, storage.StorageError
+          ) as err:
+    # Bad input (a config field, a flag, a damaged or unreadable checkpoint, a workdir that
+    # cannot be written): the message names the field, file or URL; exit code 1, no traceback.
     sys.exit(f"error: {err}")
 
 

@@ -122,9 +122,10 @@ def base_config() -> ConfigDict:
   c.train.keep_checkpoints = 3  # newest checkpoints kept
   c.train.log_every = 1  # steps between TensorBoard writes
   c.train.num_text_summaries = 3  # environments shown as text each step
-  # Persistent XLA compilation cache shared by runs and resumes ("" = off): a resumed run
-  # skips recompiling the engine's and the trainer's shapes.
-  c.train.compilation_cache_dir = "~/.cache/spade_jax/xla"
+  # Persistent XLA compilation cache ("" = off): a resumed run skips recompiling the engine's
+  # and the trainer's shapes. A relative path is under the workdir (gs:// too); an absolute,
+  # ~ or gs:// path is shared by every run that names it.
+  c.train.compilation_cache_dir = "xla_cache"
   ev = EvalSettings  # held-out evaluation during training (spade_jax/eval/settings.py)
   c.eval = ConfigDict()
   c.eval.suites = ev.suites  # suite names (python -m spade_jax.eval); () = no evaluation

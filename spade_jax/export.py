@@ -30,6 +30,7 @@ import os
 import re
 from collections.abc import Sequence
 
+from spade_jax import storage
 from spade_jax.envs.difficulty import declared_levels
 from spade_jax.metrics.curriculum_log import LOG_NAME, read_steps
 from spade_jax.selfplay.record import ARMS
@@ -84,11 +85,11 @@ def curriculum(steps: Sequence[dict], upto: int | None = None) -> list[dict]:
 def export(workdir: str | os.PathLike[str], out: str | os.PathLike[str],
            step: int | None = None) -> int:
   """Writes the curriculum of `workdir` up to `step` to `out`; returns the number of lines."""
-  log = os.path.join(workdir, LOG_NAME)
-  if not os.path.exists(log):
+  log = storage.join(workdir, LOG_NAME)  # workdir and out: local paths or gs:// URLs
+  if not log.exists():
     raise FileNotFoundError(f"{log} does not exist: is {workdir!r} a run's workdir?")
   lines = curriculum(read_steps(log), step)
-  with open(out, "w", encoding="utf-8") as f:
+  with storage.open_file(out, "w") as f:
     for line in lines:
       f.write(json.dumps(line, ensure_ascii=False) + "\n")
   return len(lines)

@@ -23,6 +23,7 @@ from typing import Any
 import jax
 from flax import nnx
 
+from spade_jax import storage
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
@@ -112,7 +113,8 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
   requests = [SuiteRequest(name, limit=evals.limit, samples=evals.samples)
               for name in evals.suites]
   # Every host generates (rollouts are SPMD); only the chief writes the records.
-  out = os.path.join(workdir, "eval", f"step_{step}.jsonl") if jax.process_index() == 0 else None
+  out = (storage.join(workdir, "eval", f"step_{step}.jsonl") if jax.process_index() == 0
+         else None)
   summaries = evaluate(requests, generator, pool, out, max_new_tokens=evals.max_new_tokens)
   scalars = {}
   for s in summaries.values():
@@ -123,20 +125,19 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
 
 def save_config(config: Any, workdir: str) -> None:
   """<workdir>/config.json: the run's whole config (`eval run` on the workdir reads the
-  tokenizer from it). Written through a temporary file, so a reader never sees half of it."""
-  path = os.path.join(workdir, RUN_CONFIG_FILE)
-  with open(f"{path}.tmp", "w", encoding="utf-8") as f:
-    f.write(config.to_json_best_effort(indent=1, sort_keys=True) + "\n")
-  os.replace(f"{path}.tmp", path)
+  tokenizer from it). Written atomically (`storage.write_text`): a reader never sees half."""
+  storage.write_text(storage.join(workdir, RUN_CONFIG_FILE),
+                     config.to_json_best_effort(indent=1, sort_keys=True) + "\n")
 
 
 def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
   """Trains until config.train.num_steps; returns the last step's record (None if none ran).
 
-  `mesh` defaults to `make_mesh(config.mesh)`.
+  `mesh` defaults to `make_mesh(config.mesh)`. `workdir` is a local directory or a gs://
+  URL (spade_jax/storage.py); one that cannot be written fails first (StorageError).
   """
   workdir = os.fspath(workdir)
-  os.makedirs(workdir, exist_ok=True)
+  storage.probe(workdir)
   if jax.process_index() == 0:
     save_config(config, workdir)
   settings = SelfPlaySettings.from_config(config)

@@ -1,6 +1,57 @@
-"""Test-wide set-up: 8 fake CPU devices so sharding code is exercised on any machine."""
+"""Test-wide set-up: 8 fake CPU devices so sharding code is exercised on any machine, and a
+GCS emulator for the tests that write gs:// workdirs (the `gcs` fixture)."""
 
 import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+from spade_jax import storage  # noqa: E402 - after the device flags
+
+BUCKET = "spade-test"  # GCS bucket names have at least 3 characters
+
+
+@pytest.fixture(scope="session")
+def gcs():
+  """A GCS JSON API on the loopback (`gcp-storage-emulator`, in memory, through
+  tests/gcs_emulator.py) with the bucket
+  BUCKET; yields "gs://<BUCKET>". STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL point this
+  process and its children at it (spade_jax/storage.py), until the session ends."""
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  url = f"http://127.0.0.1:{port}"
+  proc = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__),
+                                                        "gcs_emulator.py"), "start", "--host",
+                           "127.0.0.1", "--port", str(port), "--default-bucket", BUCKET,
+                           "--in-memory", "--quiet"], start_new_session=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 30
+  while True:
+    try:
+      socket.create_connection(("127.0.0.1", port), timeout=1).close()
+      break
+    except OSError:
+      if proc.poll() is not None or time.monotonic() > deadline:
+        proc.kill()
+        raise RuntimeError(f"gcp-storage-emulator did not start on {url}") from None
+      time.sleep(0.1)
+  saved = {k: os.environ.get(k) for k in ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL")}
+  os.environ.update(STORAGE_EMULATOR_HOST=url, TENSORSTORE_GCS_HTTP_URL=url)
+  storage.configure_gcs()
+  try:
+    yield f"gs://{BUCKET}"
+  finally:
+    proc.kill()
+    proc.wait()
+    for k, v in saved.items():
+      if v is None:
+        os.environ.pop(k, None)
+      else:
+        os.environ[k] = v

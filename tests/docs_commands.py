@@ -107,9 +107,9 @@ def _pieces(chunk: str, where: str) -> list[tuple[list[str], bool]]:
 
 
 def _command_of(words: list[str], synopsis: bool, where: str) -> list[Command]:
-  while words and (words[0] in ("do", "then", "else", "time", "!")
+  while words and (words[0] in ("do", "then", "else", "time", "nohup", "!")
                    or re.match(r"^[A-Za-z_][A-Za-z0-9_]*=", words[0])):
-    words = words[1:]  # loop words and VAR=value prefixes
+    words = words[1:]  # loop words, time / nohup and VAR=value prefixes
   if not words or words[0] in ("for", "while", "if", "in"):
     return []
   return [Command(where, tuple(words), synopsis or _is_synopsis(words))]

@@ -92,9 +92,13 @@ def fixtures() -> dict[str, str]:
 
 
 def _expand(commands):
-  """The commands, with the script inside each gcloud --command="..." after its own."""
+  """The commands, with the script inside each gcloud --command="..." after its own, and
+  each `sh -c SCRIPT` (or bash) replaced by the commands of SCRIPT."""
   out = []
   for c in commands:
+    if len(c.words) >= 3 and c.words[0] in ("sh", "bash") and c.words[1] == "-c":
+      out += _expand(dc.split_script(c.words[2], f"{c.where} -c"))
+      continue
     out.append(c)
     if c.words and c.words[0] == "gcloud":
       for w in c.words:

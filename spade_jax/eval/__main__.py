@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import pathlib
 import sys
 import time
 
+from spade_jax import storage
 from spade_jax.eval import compare, evaluate
 from spade_jax.eval.suites import get_suite
 from spade_jax.sandbox.pool import SandboxPool
@@ -38,33 +37,33 @@ def _pool(isolation: str, timeout_s: float) -> SandboxPool:
   return SandboxPool(num_workers=2, reset_timeout_s=timeout_s, isolation=isolation)
 
 
-def _summary_path(out: str) -> pathlib.Path:
-  path = pathlib.Path(out)
-  return path.with_name(path.name.removesuffix(".jsonl") + ".summary.json")
+def _summary_path(out: str) -> str:
+  """<out without .jsonl>.summary.json, beside `out` (a local file or gs://)."""
+  return out.removesuffix(".jsonl") + ".summary.json"
 
 
 def default_out(args) -> str:
   """runs/eval/<checkpoint name>.jsonl for `run`, runs/eval/<predictions>.<suite>.jsonl for
   `score`; a trainer step <workdir>/checkpoints/<N> is named <workdir>-step<N>."""
   if args.verb == "score":
-    return os.path.join("runs", "eval", f"{pathlib.Path(args.predictions).stem}.{args.suite}.jsonl")
-  parts = [p for p in pathlib.PurePath(args.checkpoint.rstrip("/")).parts if p not in ("/", ".")]
+    return f"runs/eval/{storage.path(args.predictions).stem}.{args.suite}.jsonl"
+  parts = [p for p in args.checkpoint.rstrip("/").split("/") if p not in ("", ".")]
   if len(parts) >= 3 and parts[-2] == "checkpoints" and parts[-1].isdigit():
     parts.append(f"{parts.pop(-3)}-step{parts.pop()}")
   elif len(parts) >= 2 and parts[-1] == "checkpoints":
     parts.pop()
-  return os.path.join("runs", "eval", f"{parts[-1] if parts else 'checkpoint'}.jsonl")
+  return f"runs/eval/{parts[-1] if parts else 'checkpoint'}.jsonl"
 
 
 def _write_summary(out: str, summaries, meta: dict) -> None:
   """The summary file; a line per suite on stderr; the summary as one JSON line on stdout."""
   doc = {**meta, "suites": {name: s.to_json() for name, s in summaries.items()}}
-  _summary_path(out).write_text(json.dumps(doc, indent=1) + "\n")
+  storage.write_text(_summary_path(out), json.dumps(doc, indent=1) + "\n")
   for s in summaries.values():
     print(f"{s.suite}: {s.metric} = {s.value:.4f} ± {s.stderr:.4f} (n={s.n}, "
           f"no answer {s.no_answer}, unscored {s.unscored}) {s.extra or ''}", file=sys.stderr)
   print(f"wrote {out} and {_summary_path(out)}", file=sys.stderr)
-  print(json.dumps({**doc, "out": out, "summary": str(_summary_path(out))}), flush=True)
+  print(json.dumps({**doc, "out": out, "summary": _summary_path(out)}), flush=True)
 
 
 def _run(args) -> None:
@@ -116,7 +115,7 @@ def _score(args) -> None:
 
 def _compare(args) -> None:
   print(compare.table(compare.load_summary(args.a), compare.load_summary(args.b),
-                      (pathlib.Path(args.a).stem[:10], pathlib.Path(args.b).stem[:10])))
+                      (storage.path(args.a).stem[:10], storage.path(args.b).stem[:10])))
 
 
 def main(argv=None) -> None:

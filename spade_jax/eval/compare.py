@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import math
-import pathlib
+
+from spade_jax import storage
 
 
 def load_summary(path) -> dict[str, dict]:
-  data = json.loads(pathlib.Path(path).read_text())
+  data = json.loads(storage.read_text(path))  # a local file or gs://
   suites = data.get("suites") if isinstance(data, dict) else None
   if not isinstance(suites, dict):
     raise ValueError(f"{path}: expected a summary JSON with a 'suites' object")

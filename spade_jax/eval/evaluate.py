@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pathlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from spade_jax import storage
 from spade_jax.eval import stats
 from spade_jax.eval.suite import Item, ItemRecord, Suite
 from spade_jax.eval.suites import get_suite
@@ -91,7 +91,4 @@ def score_file(name: str, predictions_path, data: str | None = None, pool=None,
 
 def _open(path):
   """The JSONL sink: `path`, or os.devnull when no file was asked for."""
-  if path is None:
-    return open(os.devnull, "w")  # noqa: SIM115 (context-managed by the caller)
-  pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
-  return open(path, "w")  # noqa: SIM115
+  return storage.open_file(os.devnull if path is None else path, "w")  # local or gs://

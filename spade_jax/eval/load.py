@@ -10,8 +10,8 @@ one its run trained with (`tokenizer` of <workdir>/config.json, written by spade
 from __future__ import annotations
 
 import json
-import pathlib
 
+from spade_jax import storage
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.model.load import RUN_CONFIG_FILE, load_model, trainer_workdir
 from spade_jax.tokenizer import load_tokenizer
@@ -20,7 +20,7 @@ from spade_jax.tokenizer import load_tokenizer
 def tokenizer_for(checkpoint: str, tokenizer: str | None):
   if tokenizer:
     return load_tokenizer(tokenizer)
-  path = pathlib.Path(checkpoint).expanduser()
+  path = storage.path(checkpoint)  # a local directory or gs://
   if not path.is_dir() or (path / "tokenizer.json").is_file():
     return load_tokenizer(checkpoint)  # a hub id or a Hugging Face directory
   workdir = trainer_workdir(path)

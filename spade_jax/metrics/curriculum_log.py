@@ -18,6 +18,7 @@ import json
 import os
 from collections.abc import Iterator
 
+from spade_jax import storage
 from spade_jax.selfplay.record import StepRecord
 
 LOG_NAME = "curriculum.jsonl"
@@ -27,7 +28,8 @@ class CurriculumLog:
   """Appends one line per step to <workdir>/curriculum.jsonl."""
 
   def __init__(self, workdir: str | os.PathLike[str]):
-    self.path = os.path.join(workdir, LOG_NAME)
+    self.path = storage.join(workdir, LOG_NAME)
+    self._log = storage.Appender(self.path)
     self._seen: set[str] = set()
 
   def append(self, record: StepRecord) -> None:
@@ -40,8 +42,8 @@ class CurriculumLog:
         self._seen.add(env.uid)
       envs.append(row)
     line = {"step": record.step, "memory": list(record.memory_uids), "envs": envs}
-    with open(self.path, "a", encoding="utf-8") as f:
-      f.write(json.dumps(line, ensure_ascii=False) + "\n")
+    self._log.write(json.dumps(line, ensure_ascii=False) + "\n")
+    self._log.flush()
 
 
 def read_steps(path: str | os.PathLike[str]) -> list[dict]:
@@ -57,7 +59,7 @@ def read_steps(path: str | os.PathLike[str]) -> list[dict]:
 
 
 def _lines(path: str | os.PathLike[str]) -> Iterator[tuple[int, str]]:
-  with open(path, encoding="utf-8") as f:
+  with storage.open_file(path) as f:
     for lineno, line in enumerate(f, 1):
       if line.strip():
         yield lineno, line

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from spade_jax import storage
 from spade_jax.metrics import curriculum
 from spade_jax.metrics.curriculum_log import CurriculumLog
 from spade_jax.metrics.tensorboard import SummaryWriter
@@ -88,9 +89,9 @@ class StepLogger:
     self._last = clock()
     self._last_step: int | None = None
     self._intervals: list[tuple[float, int]] = []  # (seconds, steps) between writes
-    self._writer = SummaryWriter(os.path.join(workdir, "tb")) if is_chief else None
+    self._writer = SummaryWriter(storage.join(workdir, "tb")) if is_chief else None
     self._curriculum_log = CurriculumLog(workdir) if is_chief else None
-    self._log_path = os.path.join(workdir, "log.txt")
+    self._log = storage.Appender(storage.join(workdir, "log.txt")) if is_chief else None
 
   def eta(self, step: int) -> float:
     """Remaining steps times this process's mean time per step; the first write's interval
@@ -158,8 +159,7 @@ class StepLogger:
       self._writer.text("designer/invalid_reasons",
                         "\n".join(f"* {k}: {v}" for k, v in reasons), step)
     self._writer.flush()
-    with open(self._log_path, "a", encoding="utf-8") as f:
-      f.write(line + "\n")
+    self._append_log(line)
     return metrics
 
   def write_scalars(self, scalars: dict[str, float], step: int) -> None:
@@ -170,8 +170,11 @@ class StepLogger:
       return
     self._writer.scalars(scalars, step)
     self._writer.flush()
-    with open(self._log_path, "a", encoding="utf-8") as f:
-      f.write(line + "\n")
+    self._append_log(line)
+
+  def _append_log(self, line: str) -> None:
+    self._log.write(line + "\n")
+    self._log.flush()
 
   def close(self) -> None:
     if self._writer is not None:

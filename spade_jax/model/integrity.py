@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import os
-import pathlib
 import re
 from typing import Any
 
@@ -24,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tensorstore as ts
+from etils import epath
 
+from spade_jax import storage
 from spade_jax.model.hf_config import CheckpointError
 from spade_jax.model.sharding import host_get
 
@@ -89,20 +90,20 @@ def checksums(tree: Any) -> dict[str, list[int]]:
   return {name: sums for name, (sums, _) in fingerprints(tree).items()}
 
 
-def data_files(item_dir: str | os.PathLike) -> dict[str, list[pathlib.Path]]:
+def data_files(item_dir: str | os.PathLike) -> dict[str, list[epath.Path]]:
   """{array name: the files holding its chunks} of an orbax OCDBT item directory.
 
   Raises CheckpointIntegrityError naming the file when a referenced file is missing or
   shorter than the b-tree says, or when the b-tree itself cannot be read.
   """
-  item_dir = pathlib.Path(item_dir)
+  item_dir = storage.path(item_dir)  # a local directory or gs://
   try:
-    kv = ts.KvStore.open({"driver": "file", "path": f"{item_dir}/"}).result()
+    kv = ts.KvStore.open(storage.tensorstore_kvstore(item_dir)).result()
     manifest = ts.ocdbt.dump(kv).result()
   except Exception as e:  # noqa: BLE001 - tensorstore raises plain ValueErrors
     raise CheckpointIntegrityError(
         f"{item_dir}: the OCDBT manifest cannot be read ({type(e).__name__}: {e})") from None
-  files: dict[str, set[pathlib.Path]] = collections.defaultdict(set)
+  files: dict[str, set[epath.Path]] = collections.defaultdict(set)
   versions = manifest.get("versions") or []
   pending = [(versions[-1]["root"]["location"], "")] if versions else []
   while pending:
@@ -133,17 +134,18 @@ def _text(key: Any) -> str:
   return key[2:-1] if key.startswith(("b'", 'b"')) else key
 
 
-def _checked(item_dir: pathlib.Path, pattern: re.Pattern, ref: str, what: str,
-             array: str) -> pathlib.Path:
+def _checked(item_dir: epath.Path, pattern: re.Pattern, ref: str, what: str,
+             array: str) -> epath.Path:
   """The file a b-tree reference points into; it must exist and hold the referenced bytes."""
   m = pattern.match(ref)
   if m is None:
     raise CheckpointIntegrityError(f"{item_dir}: unexpected OCDBT reference {ref!r}")
   path = item_dir / m.groupdict().get("dir", "") / m["file"]
   of_array = f" of array {array}" if array else ""
-  if not path.is_file():
+  size = storage.size(path)
+  if size is None:
     raise CheckpointIntegrityError(f"{path}: file missing ({what}{of_array})")
-  end, size = int(m["offset"]) + int(m["length"]), path.stat().st_size
+  end = int(m["offset"]) + int(m["length"])
   if size < end:
     raise CheckpointIntegrityError(
         f"{path}: file truncated to {size} bytes, {end} expected ({what}{of_array})")
@@ -151,7 +153,7 @@ def _checked(item_dir: pathlib.Path, pattern: re.Pattern, ref: str, what: str,
 
 
 def verify(tree: Any, expected: dict[str, list[int]], where: str,
-           files: dict[str, list[pathlib.Path]] | None = None) -> None:
+           files: dict[str, list[epath.Path]] | None = None) -> None:
   """Raises CheckpointIntegrityError unless every array of `tree` is finite and matches
   `expected` (from `checksums` at save time); names the arrays and their files."""
   found = fingerprints(tree)

@@ -16,15 +16,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import pathlib
-import socket
 import warnings
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 from flax import nnx
 from jax.sharding import Mesh
 
+from spade_jax import storage
 from spade_jax.model import integrity
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.hf_config import CheckpointError, CheckpointFileNotFoundError
@@ -37,21 +37,19 @@ RUN_CONFIG_FILE = "config.json"  # <workdir>/config.json: the run's whole config
 PARAMS_ITEM = "params"  # <step>/params/ holds the orbax StandardSave of the Param state
 
 
-def write_model_config(directory: pathlib.Path, cfg: ModelConfig) -> None:
-  """Writes <directory>/model_config.json atomically (temp file + rename).
+def write_model_config(directory: storage.PathLike, cfg: ModelConfig) -> None:
+  """Writes <directory>/model_config.json atomically (`storage.write_text`).
 
   Every process of a multi-process run writes the same file: each through its own temporary
   name, so one's rename cannot take the other's temporary file away.
   """
-  directory.mkdir(parents=True, exist_ok=True)
-  tmp = directory / f".{MODEL_CONFIG_FILE}.{socket.gethostname()}.{os.getpid()}.tmp"
-  tmp.write_text(json.dumps(dataclasses.asdict(cfg), indent=1, sort_keys=True))
-  os.replace(tmp, directory / MODEL_CONFIG_FILE)
+  storage.write_text(storage.join(directory, MODEL_CONFIG_FILE),
+                     json.dumps(dataclasses.asdict(cfg), indent=1, sort_keys=True))
 
 
-def read_model_config(directory: pathlib.Path) -> ModelConfig:
-  path = pathlib.Path(directory) / MODEL_CONFIG_FILE
-  values = json.loads(path.read_text())
+def read_model_config(directory: storage.PathLike) -> ModelConfig:
+  path = storage.join(directory, MODEL_CONFIG_FILE)
+  values = json.loads(storage.read_text(path))
   fields = {f.name for f in dataclasses.fields(ModelConfig)}
   unknown = sorted(set(values) - fields)
   if unknown:
@@ -59,7 +57,7 @@ def read_model_config(directory: pathlib.Path) -> ModelConfig:
   return ModelConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
 
 
-def _trainer_checkpoint(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path | None] | None:
+def _trainer_checkpoint(path: epath.Path) -> tuple[epath.Path, epath.Path | None] | None:
   """(checkpoints dir, step dir or None for 'newest') if `path` is a trainer checkpoint."""
   for directory in (path, path / "checkpoints"):
     if (directory / MODEL_CONFIG_FILE).is_file():
@@ -69,18 +67,18 @@ def _trainer_checkpoint(path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path 
   return None
 
 
-def trainer_workdir(path: str | os.PathLike[str]) -> pathlib.Path | None:
+def trainer_workdir(path: str | os.PathLike[str]) -> epath.Path | None:
   """The workdir of a trainer checkpoint path (workdir, checkpoints/ or one step), else None."""
-  local = pathlib.Path(path).expanduser()
-  found = _trainer_checkpoint(local) if local.is_dir() else None
+  where = storage.path(path)  # a local directory or gs://
+  found = _trainer_checkpoint(where) if where.is_dir() else None
   return None if found is None else found[0].parent
 
 
 def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",
                mesh: Mesh | None = None) -> Qwen3:
   """Loads a Qwen3 model; `dtype` sets parameter and compute dtype (None keeps them)."""
-  local = pathlib.Path(path).expanduser()
-  found = _trainer_checkpoint(local) if local.is_dir() else None
+  where = storage.path(path)  # a local directory or gs://
+  found = _trainer_checkpoint(where) if where.is_dir() else None
   if found is None:
     return from_pretrained(path, dtype=dtype, mesh=mesh)
   ckpt_dir, step_dir = found
@@ -99,10 +97,10 @@ def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",
   return nnx.merge(graphdef, _restore_params(ckpt_dir, step_dir, target), rest)
 
 
-def _restore_params(ckpt_dir: pathlib.Path, step_dir: pathlib.Path | None, target):
+def _restore_params(ckpt_dir: epath.Path, step_dir: epath.Path | None, target):
   """The given step's params, or the newest step's that restores (with a warning per skip)."""
   if step_dir is not None:
-    return _verified_params(step_dir.absolute(), target)
+    return _verified_params(step_dir, target)
   steps = sorted((p for p in ckpt_dir.iterdir() if p.name.isdigit() and p.is_dir()),
                  key=lambda p: -int(p.name))
   if not steps:
@@ -110,7 +108,7 @@ def _restore_params(ckpt_dir: pathlib.Path, step_dir: pathlib.Path | None, targe
   errors = []
   for step in steps:
     try:
-      return _verified_params(step.absolute(), target)
+      return _verified_params(step, target)
     except Exception as e:  # noqa: BLE001 - an unreadable step: say so, try the previous one
       errors.append(f"{step.name}: {type(e).__name__}: {e}")
       warnings.warn(f"{step} could not be restored ({type(e).__name__}: {e}); trying the "
@@ -118,7 +116,7 @@ def _restore_params(ckpt_dir: pathlib.Path, step_dir: pathlib.Path | None, targe
   raise CheckpointError(f"no step in {ckpt_dir} could be restored: {errors}")
 
 
-def _verified_params(step_dir: pathlib.Path, target):
+def _verified_params(step_dir: epath.Path, target):
   """The step's parameters, checked against the checksums its meta recorded at save."""
   meta = ocp.Checkpointer(ocp.JsonCheckpointHandler()).restore(step_dir / "meta")
   if not isinstance(meta, dict) or PARAMS_ITEM not in meta.get("checksums", {}):

@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import warnings
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -34,6 +33,7 @@ import numpy as np
 import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 
+from spade_jax import storage
 from spade_jax.model import integrity
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.integrity import CheckpointIntegrityError
@@ -64,8 +64,7 @@ class CheckpointManager:
     if save_every < 1 or keep < 1:
       raise ValueError(f"checkpoint save_every={save_every} and keep={keep} must be >= 1")
     self.save_every = save_every
-    self.directory = Path(directory).absolute()
-    self.directory.mkdir(parents=True, exist_ok=True)
+    self.directory = storage.makedirs(directory)  # a local path or gs://
     if model_config is not None:
       write_model_config(self.directory, model_config)
     self._mgr = ocp.CheckpointManager(
@@ -182,7 +181,7 @@ class CheckpointManager:
     if src.exists() and jax.process_index() == 0:
       if dst.exists():
         raise RuntimeError(f"cannot quarantine {src}: {dst} already exists")
-      os.replace(src, dst)
+      storage.rename(src, dst)
     if jax.process_count() > 1:  # the others must see the rename before they reload
       multihost_utils.sync_global_devices(f"spade_jax quarantine {step}")
     self._mgr.reload()

@@ -31,6 +31,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh
 
+from spade_jax import storage
 from spade_jax.model.load import write_model_config
 from spade_jax.model.sharding import state_shardings
 from spade_jax.rl.advantages import ROLE_NAMES, compute_advantages
@@ -91,7 +92,7 @@ class Trainer:
     checkpoints = None
     if workdir is not None:
       checkpoints = CheckpointManager(
-          os.path.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
+          storage.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
           keep=int(config.train.keep_checkpoints))
     return cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
 

@@ -24,7 +24,7 @@ def _parse(*args):
 def test_config_path_forms(arg):
   config, workdir, distributed = _parse("--config", arg)
   assert config.selfplay.num_envs == 24 and config.selfplay.k == 4
-  assert workdir == os.path.join("runs", "games") and distributed == "auto"
+  assert workdir == os.path.abspath(os.path.join("runs", "games")) and distributed == "auto"
 
 
 def test_overrides_and_workdir():
@@ -102,6 +102,16 @@ def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monk
   tpu_run.use_compilation_cache("gs://bucket/xla")  # a URL is JAX's to open, not a local dir
   assert updates[-1] == ("jax_compilation_cache_dir", "gs://bucket/xla")
   assert not os.path.exists("gs:")
+
+
+def test_a_relative_compilation_cache_lives_under_the_workdir():
+  resolve = tpu_run.compilation_cache_dir
+  assert resolve("xla_cache", "gs://b/run") == "gs://b/run/xla_cache"  # the default
+  assert resolve("xla_cache", "/runs/a") == "/runs/a/xla_cache"
+  assert resolve("~/.cache/xla", "gs://b/run") == "~/.cache/xla"  # shared, as named
+  assert resolve("gs://b/xla", "/runs/a") == "gs://b/xla"
+  assert resolve("", "gs://b/run") == ""
+  assert config_schema.base_config().train.compilation_cache_dir == "xla_cache"
 
 
 def test_typo_in_override_fails():

@@ -7,12 +7,14 @@ over both processes (the command of docs/launch.md, "Several processes on one ma
 Three launches of the pair, the fewest that cover it: an uninterrupted 2-step run; a second
 2-step run whose newest checkpoint then gets flipped bytes in a parameter data file; and a
 relaunch of that one, in which both processes must refuse step 2, fall back to step 1 and
-end step 2 in the uninterrupted run's state bit for bit. The launches of each process share
-a persistent compilation cache.
+end step 2 in the uninterrupted run's state bit for bit. The uninterrupted run writes to a
+local workdir, the other two to a gs:// workdir on the GCS emulator (the `gcs` fixture): both
+processes write their checkpoint shards to the bucket, process 0 quarantines the damaged step
+there and the relaunch resumes from it. The launches of each process share a persistent
+compilation cache.
 """
 
 import ast
-import glob
 import json
 import os
 import re
@@ -23,7 +25,7 @@ import sys
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from spade_jax import config_schema
+from spade_jax import config_schema, storage
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 NUM_PROCESSES = 2
@@ -60,7 +62,7 @@ def _launch_pair(workdir, num_steps, root):
          "--config.sampling.designer.max_new_tokens=16",
          "--config.sampling.agent.max_new_tokens=8",
          f"--config.train.compilation_cache_dir={root / f'jax_cache_{i}'}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   outs = []
   try:
     for p in procs:
@@ -82,9 +84,10 @@ def _progress(stdout):
 
 
 def _meta(workdir, step):
-  path = next(p for p in glob.glob(f"{workdir}/checkpoints/{step}/meta/*")
+  meta_dir = f"{workdir}/checkpoints/{step}/meta"
+  name = next(p for p in storage.listdir(meta_dir)
               if not p.endswith(".orbax-checkpoint") and "commit_success" not in p)
-  return json.loads(open(path, encoding="utf-8").read())
+  return json.loads(storage.read_text(f"{meta_dir}/{name}"))
 
 
 def _scalars(workdir):
@@ -95,22 +98,22 @@ def _scalars(workdir):
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory):
+def runs(tmp_path_factory, gcs):
   root = tmp_path_factory.mktemp("multiprocess")
   straight = _launch_pair(root / "straight", 2, root)
-  first = _launch_pair(root / "resumed", 2, root)
-  data = [p for p in glob.glob(f"{root}/resumed/checkpoints/2/params/**/d/*", recursive=True)]
-  with open(max(data, key=os.path.getsize), "r+b") as f:  # one byte range of one data file
-    f.seek(100)
-    flipped = bytes(b ^ 0xFF for b in f.read(64))
-    f.seek(100)
-    f.write(flipped)
-  resumed = _launch_pair(root / "resumed", 2, root)
-  return root, straight, first, resumed
+  bucket = f"{gcs}/multiprocess/resumed"
+  first = _launch_pair(bucket, 2, root)
+  data = [p for p in storage.files(f"{bucket}/checkpoints/2/params") if p.parent.name == "d"]
+  path = max(data, key=storage.size)  # one byte range of one data file
+  flipped = bytearray(path.read_bytes())
+  flipped[100:164] = bytes(b ^ 0xFF for b in flipped[100:164])
+  path.write_bytes(bytes(flipped))
+  resumed = _launch_pair(bucket, 2, root)
+  return root, straight, first, resumed, bucket
 
 
 def test_every_process_sees_the_8_device_mesh_and_logs_the_same_metrics(runs):
-  _, straight, _, _ = runs
+  _, straight, *_ = runs
   for i, (_, out, _) in enumerate(straight):
     assert f"process {i}/2: mesh {{'data': 1, 'fsdp': 8, 'tensor': 1, 'expert': 1}}" in out
   lines = [_progress(out) for _, out, _ in straight]
@@ -119,42 +122,43 @@ def test_every_process_sees_the_8_device_mesh_and_logs_the_same_metrics(runs):
 
 
 def test_only_process_0_writes_tensorboard_and_the_log(runs):
-  root, straight, _, _ = runs
+  root, straight, *_ = runs
   events = os.listdir(root / "straight" / "tb")
   assert len(events) == 1 and events[0].endswith(f".{straight[0][0]}.0"), events
   log = (root / "straight" / "log.txt").read_text().splitlines()
   assert [line.split(" | ")[0] for line in log] == ["step 1/2", "step 2/2"]
 
 
-def test_both_processes_write_their_shards_of_the_checkpoint(runs):
-  root, _, _, _ = runs
+def test_both_processes_write_their_shards_of_the_checkpoint_to_the_bucket(runs):
+  bucket = runs[-1]
   for item in ("params", "opt_state"):
-    shards = sorted(os.path.basename(p) for p in
-                    glob.glob(f"{root}/straight/checkpoints/2/{item}/ocdbt.process_*"))
+    shards = [p for p in storage.listdir(f"{bucket}/checkpoints/2/{item}")
+              if p.startswith("ocdbt.process_")]
     assert shards == ["ocdbt.process_0", "ocdbt.process_1"], (item, shards)
 
 
 def test_both_processes_fall_back_past_the_damaged_step_and_match_bit_for_bit(runs):
-  root, straight, _, resumed = runs
+  root, straight, _, resumed, bucket = runs
   for _, out, err in resumed:
-    assert f"checkpoint {root}/resumed/checkpoints/2 is not usable" in err
+    assert f"checkpoint {bucket}/checkpoints/2 is not usable" in err
     assert "checksum mismatch" in err and "starting at step 2 of 2" in out
-  assert os.path.isdir(root / "resumed" / "checkpoints" / "2.corrupt")
-  straight_meta, resumed_meta = _meta(root / "straight", 2), _meta(root / "resumed", 2)
+  assert storage.listdir(f"{bucket}/checkpoints") == ["1", "2", "2.corrupt", "model_config.json"]
+  assert not [p for p in os.listdir(root) if p.startswith("gs")]  # no ./gs:/... either
+  straight_meta, resumed_meta = _meta(root / "straight", 2), _meta(bucket, 2)
   # The checksums fingerprint every bit of params and optimiser state (model/integrity.py).
   assert resumed_meta["checksums"] == straight_meta["checksums"]
   assert resumed_meta["rng"] == straight_meta["rng"]
   assert resumed_meta["host_state"] == straight_meta["host_state"]
   for (_, out, _), (_, expected, _) in zip(resumed, straight, strict=True):
     assert _progress(out) == _progress(expected)[1:]  # step 2's line, the same numbers
-  straight_tb, resumed_tb = _scalars(root / "straight"), _scalars(root / "resumed")
+  straight_tb, resumed_tb = _scalars(root / "straight"), _scalars(bucket)
   assert set(straight_tb) == set(resumed_tb)
   for tag, entries in straight_tb.items():  # the newest event of each tag is the relaunch's
     assert resumed_tb[tag][-1] == entries[-1], tag
 
 
 def test_each_process_sandbox_runs_half_of_the_episodes(runs):
-  _, straight, _, _ = runs
+  _, straight, *_ = runs
   counts = []
   for i, (_, out, _) in enumerate(straight):
     line = next(x for x in out.splitlines() if x.startswith(f"process {i}/2: this process's"))

@@ -4,12 +4,14 @@ Real pieces throughout (tiny model, engine, sandbox pool, GRPO trainer, orbax ch
 run as `make smoke` runs them: a child process on one CPU device (the 8 fake devices of the
 test session are not inherited). Checks that every required TensorBoard tag is written, that
 a checkpoint exists, and that a second launch continues at step 3 with the memory the first
-one saved. Both launches share a persistent compilation cache, so the second one mostly
-reuses the first one's executables. A third launch plays one step of the tool-use setting
-(the tool seeds, the real reply parser) with the same cache.
+one saved. Those two launches write to a gs:// workdir on the GCS emulator (the `gcs` fixture):
+checkpoints, TensorBoard events, logs and the curriculum land in the bucket, nothing local is
+made, and `python -m spade_jax.export` and `python -m spade_jax.eval run --checkpoint gs://...`
+read from there. All launches share a persistent compilation cache in the bucket, so the
+later ones mostly reuse the first one's executables. A third launch plays one step of the
+tool-use setting (the tool seeds, the real reply parser) in a local workdir.
 """
 
-import glob
 import json
 import os
 import subprocess
@@ -20,8 +22,9 @@ from gymnasium.utils.env_checker import check_env
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
-from spade_jax import config_schema, export
+from spade_jax import config_schema, export, storage
 from spade_jax.envs.gym import from_curriculum_line
+from spade_jax.eval import __main__ as eval_cli
 from spade_jax.eval.load import tokenizer_for
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.tokenizer import load_tokenizer
@@ -50,13 +53,12 @@ def _values(workdir, tag):
 
 
 def _latest_host_state(workdir):
-  steps = sorted(int(os.path.basename(p)) for p in glob.glob(f"{workdir}/checkpoints/*")
-                 if os.path.basename(p).isdigit())
+  steps = sorted(int(p) for p in storage.listdir(f"{workdir}/checkpoints") if p.isdigit())
   assert steps, f"no checkpoint under {workdir}/checkpoints"
-  metas = glob.glob(f"{workdir}/checkpoints/{steps[-1]}/meta/*")
-  meta = json.loads(open(next(p for p in metas if not p.endswith(".orbax-checkpoint")),
-                         encoding="utf-8").read())
-  return steps[-1], meta["host_state"]
+  meta_dir = f"{workdir}/checkpoints/{steps[-1]}/meta"
+  name = next(p for p in storage.listdir(meta_dir)
+              if not p.endswith(".orbax-checkpoint") and "commit_success" not in p)
+  return steps[-1], json.loads(storage.read_text(f"{meta_dir}/{name}"))["host_state"]
 
 
 def _memory(host_state):
@@ -64,8 +66,9 @@ def _memory(host_state):
 
 
 @pytest.fixture(scope="module")
-def smoke_runs(tmp_path_factory):
-  workdir = os.fspath(tmp_path_factory.mktemp("smoke"))
+def smoke_runs(tmp_path_factory, gcs):
+  workdir = f"{gcs}/smoke"
+  cwd = tmp_path_factory.mktemp("cwd")  # where the launches run: a ./gs:/... would show here
   corpus = tmp_path_factory.mktemp("corpus") / "passages.txt"
   corpus.write_text("Ohm's law: V = I R.\n\nA lever balances when m1 d1 = m2 d2.\n")
   # The smoke config, shrunk further so that three steps fit the test budget; k=4 keeps step 3
@@ -79,14 +82,15 @@ def smoke_runs(tmp_path_factory):
                "--config.selfplay.max_turns=2", "--config.selfplay.memory.sample_size=0",
                "--config.sampling.designer.max_new_tokens=16",
                "--config.sampling.agent.max_new_tokens=8",
-               f"--config.train.compilation_cache_dir={os.path.join(workdir, 'jax_cache')}"]
+               f"--config.train.compilation_cache_dir={gcs}/jax_cache"]
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
   def launch(num_steps, where=workdir, extra=(), returncode=0):
     proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",
                            where, f"--config.train.num_steps={num_steps}", *overrides, *extra],
-                          env=env, capture_output=True, text=True, timeout=900, check=False)
+                          env=env, cwd=cwd, capture_output=True, text=True, timeout=900,
+                          check=False)
     assert proc.returncode == returncode, proc.stdout[-3000:] + proc.stderr[-5000:]
     return proc
 
@@ -99,11 +103,11 @@ def smoke_runs(tmp_path_factory):
   tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
   first = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
            "values": {t: _values(workdir, t) for t in tags},
-           "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read()}
+           "log": storage.read_text(f"{workdir}/log.txt"), "local": os.listdir(cwd),
+           "bucket": storage.listdir(workdir), "cache": storage.listdir(f"{gcs}/jax_cache")}
   launch(3)
   second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
-            "log": open(os.path.join(workdir, "log.txt"), encoding="utf-8").read(),
-            "workdir": workdir}
+            "log": storage.read_text(f"{workdir}/log.txt"), "workdir": workdir}
   return first, second, tool_use, workdir, launch
 
 
@@ -135,11 +139,14 @@ def test_checkpoint_and_log(smoke_runs):
   assert step == 2 and host_state["step"] == 2 and host_state["updates"] == 2
   # Step 2 was the launch's last: the window's designs (due at 5) were closed, not left over.
   assert host_state["curriculum"]["pending"] == []
+  assert first["local"] == []  # everything went to the bucket, the compilation cache too
+  assert first["bucket"] == ["checkpoints", "config.json", "curriculum.jsonl", "log.txt", "tb"]
+  assert first["cache"]
   lines = first["log"].splitlines()
   assert [line.split(" | ")[0] for line in lines] == ["step 1/2", "step 2/2"]
   assert "designed" in lines[0] and "replayed" in lines[0]
   workdir = smoke_runs[3]
-  saved = json.loads(open(os.path.join(workdir, "config.json"), encoding="utf-8").read())
+  saved = json.loads(storage.read_text(f"{workdir}/config.json"))
   assert saved["tokenizer"] == "tiny" and saved["train"]["num_steps"] == 3  # the last launch's
   assert tokenizer_for(workdir, None).encode("a step") == load_tokenizer("tiny").encode("a step")
 
@@ -161,12 +168,12 @@ def test_tool_use_setting_runs_a_step_on_the_tiny_model(smoke_runs):
   assert tool_use["log"].startswith("step 1/1")
 
 
-def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, tmp_path):
+def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, capsys):
   second = smoke_runs[1]
-  out = tmp_path / "curriculum.jsonl"
-  count = export.export(second["workdir"], out)
-  lines = [json.loads(x) for x in out.read_text().splitlines()]
-  assert count == len(lines) >= 1
+  out = f"{second['workdir']}/export/curriculum.jsonl"  # read from and written to the bucket
+  export.main(["--workdir", second["workdir"], "--out", out])
+  lines = [json.loads(x) for x in storage.read_text(out).splitlines()]
+  assert capsys.readouterr().out == f"{out}: {len(lines)} environments\n" and lines
   memory = set(_memory(second["checkpoint"][1]))
   for line in lines:
     assert [s["step"] for s in line["steps"]] == [1, 2, 3]  # one window, resumed at step 3
@@ -183,16 +190,27 @@ def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, tm
         done = terminated or truncated
 
 
+def test_eval_run_reads_the_checkpoint_from_the_bucket(smoke_runs):
+  workdir = smoke_runs[1]["workdir"]
+  out = f"{workdir}/eval/cli.jsonl"
+  eval_cli.main(["run", "--checkpoint", workdir, "--tokenizer", "tiny", "--suite",
+                 "reasoning_gym", "--limit", "1", "--samples", "1", "--max-new-tokens", "4",
+                 "--num-slots", "2", "--max-cache-len", "512", "--prefill-buckets", "256",
+                 "--out", out, "--quiet"])
+  assert [json.loads(x)["suite"] for x in storage.read_text(out).splitlines()] == [
+      "reasoning_gym"]
+  summary = json.loads(storage.read_text(f"{workdir}/eval/cli.summary.json"))
+  assert summary["checkpoint"] == workdir and summary["suites"]["reasoning_gym"]["n"] == 1
+
+
 def _flip_params(step_dir):
   """Flips 64 bytes inside the largest OCDBT data file of the step's parameters."""
-  files = [p for p in glob.glob(f"{step_dir}/params/**/d/*", recursive=True)]
-  path = max(files, key=os.path.getsize)
-  with open(path, "r+b") as f:
-    f.seek(100)
-    data = bytes(b ^ 0xFF for b in f.read(64))
-    f.seek(100)
-    f.write(data)
-  return path
+  path = max((p for p in storage.files(f"{step_dir}/params") if p.parent.name == "d"),
+             key=storage.size)
+  data = bytearray(path.read_bytes())
+  data[100:164] = bytes(b ^ 0xFF for b in data[100:164])
+  path.write_bytes(bytes(data))
+  return os.fspath(path)
 
 
 def test_corrupt_newest_checkpoint_falls_back_then_a_lone_corrupt_one_stops(smoke_runs):
@@ -203,9 +221,9 @@ def test_corrupt_newest_checkpoint_falls_back_then_a_lone_corrupt_one_stops(smok
   assert f"checkpoint {workdir}/checkpoints/3 is not usable" in proc.stderr
   assert "checksum mismatch" in proc.stderr and os.path.basename(damaged) in proc.stderr
   assert "starting at step 3 of 3" in proc.stdout
-  last = open(os.path.join(workdir, "log.txt"), encoding="utf-8").read().splitlines()[-1]
+  last = storage.read_text(f"{workdir}/log.txt").splitlines()[-1]
   assert last.startswith("step 3/3") and "nan" not in last.lower()
-  assert os.path.isdir(f"{workdir}/checkpoints/3.corrupt")
+  assert storage.isdir(f"{workdir}/checkpoints/3.corrupt")
   # Now every kept checkpoint is damaged: the launch stops with the message, exit code 1.
   for step in (2, 3):
     _flip_params(f"{workdir}/checkpoints/{step}")

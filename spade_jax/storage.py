@@ -1,0 +1,294 @@
+"""Every file a run, evaluation or export reads or writes: local paths and gs:// URLs alike.
+
+Paths are `etils.epath.Path`s, the path type orbax already takes, so a workdir
+`gs://bucket/run` and a local `runs/smoke` go through the same calls and nothing local is
+ever made for a URL. `gs://` goes through fsspec's gcsfs, set up here once:
+
+  - gcsfs's default class first asks the gRPC storage-control API for each bucket's type
+    (zonal / hierarchical), which without that API (an emulator, no credentials) waits out
+    a long timeout on every new bucket: gs:// is served by the plain
+    `gcsfs.core.GCSFileSystem` instead (and GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false is set
+    for anything that imports gcsfs later);
+  - with STORAGE_EMULATOR_HOST set (the standard variable, honoured by gcsfs), requests go
+    anonymously to the emulator; tensorstore, which orbax writes the arrays with, reads
+    TENSORSTORE_GCS_HTTP_URL instead, which defaults to the same URL here.
+
+GCS objects cannot be appended to: `Appender` adds each flushed chunk as an object of its own
+and composes it onto the file (one server-side call), so logs and TensorBoard event files
+grow without rewriting. `probe` checks early that a workdir URL can be written.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import threading
+import urllib.parse
+import uuid
+from typing import IO, Any
+
+import fsspec
+from etils import epath
+
+PathLike = str | os.PathLike[str]
+Path = epath.Path
+PROBE_TIMEOUT_S = 45.0  # a workdir that cannot be written fails within this (then one line)
+
+
+class StorageError(OSError):
+  """A workdir or file that cannot be reached: one line naming the URL and the cause."""
+
+
+def configure_gcs() -> None:
+  """The gs:// settings above (and no cached listings); run at import, and again after
+  STORAGE_EMULATOR_HOST changes."""
+  os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+  imported = sys.modules.get("gcsfs.core")  # else deferred to the first gs:// use
+  for protocol in ("gs", "gcs"):
+    fsspec.register_implementation(
+        protocol, imported.GCSFileSystem if imported else "gcsfs.core.GCSFileSystem",
+        clobber=True)
+  # No cached listings: another host's write or rename (a quarantined checkpoint, a new
+  # step) must be seen at once, and gcsfs's cache never expires by default.
+  fsspec.config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
+  emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+  if emulator and emulator != "default":
+    fsspec.config.conf.setdefault("gs", {}).setdefault("token", "anon")
+    if "://" not in emulator:
+      emulator = f"http://{emulator}"
+    os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator)  # orbax's arrays, likewise
+
+
+configure_gcs()
+
+
+def is_url(path: PathLike) -> bool:
+  """True for gs://... (and other URLs); local paths are everything else."""
+  return "://" in os.fspath(path)
+
+
+def path(p: PathLike) -> epath.Path:
+  """The epath of `p`: a URL as it is, a local path with ~ expanded and made absolute."""
+  text = os.fspath(p)
+  if is_url(text):
+    return epath.Path(text)
+  return epath.Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def join(p: PathLike, *parts: str) -> epath.Path:
+  return path(p).joinpath(*parts)
+
+
+def _fs(p: epath.Path):
+  """The fsspec filesystem of a URL (gcsfs for gs://)."""
+  return fsspec.filesystem(os.fspath(p).split("://", 1)[0])
+
+
+def makedirs(p: PathLike) -> epath.Path:
+  """Creates a local directory (and its parents); a URL needs none (object stores have no
+  directories, and gcsfs would create a missing bucket instead of failing)."""
+  p = path(p)
+  if not is_url(p):
+    p.mkdir(parents=True, exist_ok=True)
+  return p
+
+
+def exists(p: PathLike) -> bool:
+  return path(p).exists()
+
+
+def isdir(p: PathLike) -> bool:
+  return path(p).is_dir()
+
+
+def isfile(p: PathLike) -> bool:
+  return path(p).is_file()
+
+
+def size(p: PathLike) -> int | None:
+  """The file's length in bytes, None if there is no such file."""
+  p = path(p)
+  if not p.is_file():
+    return None
+  return int(p.stat().length)
+
+
+def listdir(p: PathLike) -> list[str]:
+  """The names in a directory (sorted); [] if it does not exist."""
+  p = path(p)
+  return sorted(c.name for c in p.iterdir()) if p.is_dir() else []
+
+
+def files(p: PathLike) -> list[epath.Path]:
+  """Every file under a directory, at any depth (sorted)."""
+  p = path(p)
+  if is_url(p):
+    protocol = os.fspath(p).split("://", 1)[0]
+    return sorted(epath.Path(f"{protocol}://{f}") for f in _fs(p).find(os.fspath(p)))
+  return sorted(f for f in p.rglob("*") if f.is_file())
+
+
+def open_file(p: PathLike, mode: str = "r", encoding: str | None = "utf-8") -> IO[Any]:
+  """A file opened for reading or (over)writing ("r", "rb", "w", "wb"); parents are made."""
+  if "a" in mode or "+" in mode:
+    raise ValueError(f"{p}: mode {mode!r}: use storage.Appender to append")
+  p = path(p)
+  if "w" in mode:
+    makedirs(p.parent)
+  return p.open(mode, encoding=None if "b" in mode else encoding)
+
+
+def read_text(p: PathLike) -> str:
+  return path(p).read_text(encoding="utf-8")
+
+
+def write_text(p: PathLike, text: str) -> None:
+  """Writes `text` so that a reader sees the old file or the new one, never a part: a local
+  file through a temporary name of this host and process and a rename, an object in one
+  upload (GCS replaces objects atomically)."""
+  p = path(p)
+  makedirs(p.parent)
+  if is_url(p):
+    p.write_text(text, encoding="utf-8")
+    return
+  tmp = p.parent / f".{p.name}.{socket.gethostname()}.{os.getpid()}.tmp"
+  tmp.write_text(text, encoding="utf-8")
+  os.replace(tmp, p)
+
+
+def rename(src: PathLike, dst: PathLike) -> None:
+  """Moves a file or a directory tree (on GCS: copies each object, then deletes it)."""
+  src, dst = path(src), path(dst)
+  if is_url(src):
+    fs = _fs(src)  # copy + delete: gcsfs's mv first tries moveTo, which flat buckets refuse
+    fs.copy(os.fspath(src), os.fspath(dst), recursive=True)
+    fs.rm(os.fspath(src), recursive=True)
+    fs.invalidate_cache()
+  else:
+    os.replace(src, dst)
+
+
+def rmtree(p: PathLike) -> None:
+  path(p).rmtree(missing_ok=True)
+
+
+def tensorstore_kvstore(p: PathLike) -> dict[str, str]:
+  """The tensorstore kvstore spec of a directory (gcs driver for gs://, file otherwise)."""
+  p = path(p)
+  text = os.fspath(p).rstrip("/") + "/"
+  if text.startswith("gs://"):
+    bucket, _, key = text[len("gs://"):].partition("/")
+    return {"driver": "gcs", "bucket": bucket, "path": key}
+  return {"driver": "file", "path": text}
+
+
+class Appender:
+  """Appends to one file: `write` buffers, `flush` adds the buffer to the end of the file.
+
+  Local files are opened in append mode; a GCS object is extended by uploading the chunk as
+  an object of its own and composing the two (GCS's own append), then deleting the chunk.
+  """
+
+  def __init__(self, p: PathLike, binary: bool = False):
+    self.path = path(p)
+    self._binary = binary
+    self._buffer: list[bytes] = []
+    self._exists: bool | None = None  # known after the first flush to a URL
+    makedirs(self.path.parent)
+
+  def write(self, data: str | bytes) -> None:
+    self._buffer.append(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+  def flush(self) -> None:
+    if not self._buffer:
+      return
+    data, self._buffer = b"".join(self._buffer), []
+    if not is_url(self.path):
+      with self.path.open("ab") as f:
+        f.write(data)
+      return
+    fs, target = _fs(self.path), os.fspath(self.path)
+    if self._exists is None:
+      self._exists = fs.exists(target)
+    if not self._exists:
+      fs.pipe_file(target, data)
+      self._exists = True
+      return
+    chunk = f"{target}.append-{uuid.uuid4().hex}"
+    fs.pipe_file(chunk, data)
+    try:
+      fs.merge(target, [target, chunk])
+    finally:
+      fs.rm_file(chunk)
+    fs.invalidate_cache(target)
+
+  def close(self) -> None:
+    self.flush()
+
+
+def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+  """Raises StorageError (one line: the URL and why) unless a file can be written to and
+  removed from `workdir` within `timeout_s`; local workdirs are created. Run it before
+  anything slow, so an unreachable bucket or missing credentials fail at once."""
+  p = path(workdir)
+  if not is_url(p):
+    try:
+      makedirs(p)
+    except OSError as e:
+      raise StorageError(f"workdir {p}: cannot be created ({e.strerror or e})") from None
+    return
+  outcome: list[str | None] = []
+  worker = threading.Thread(target=lambda: outcome.append(_probe_url(p)), daemon=True,
+                            name="spade_jax-storage-probe")
+  worker.start()
+  worker.join(timeout_s)
+  if not outcome:
+    raise StorageError(f"workdir {workdir}: no answer from {_endpoint()} within "
+                       f"{timeout_s:.0f} s")
+  if outcome[0] is not None:
+    raise StorageError(f"workdir {workdir}: {outcome[0]}")
+
+
+def _endpoint() -> str:
+  # No cached listings: another host's write or rename (a quarantined checkpoint, a new
+  # step) must be seen at once, and gcsfs's cache never expires by default.
+  fsspec.config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
+  emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+  return emulator if emulator not in ("", "default") else "https://storage.googleapis.com"
+
+
+def _probe_url(p: epath.Path) -> str | None:
+  """None if a small object can be written at `p` and removed, else why not."""
+  endpoint = _endpoint()
+  if "STORAGE_EMULATOR_HOST" not in os.environ or endpoint.endswith("googleapis.com"):
+    try:
+      import google.auth  # pylint: disable=import-outside-toplevel  (installed with gcsfs)
+      google.auth.default()
+    except Exception as e:  # noqa: BLE001 - any failure: no usable credentials
+      return (f"no Google Cloud credentials ({_cause(e)}); on a VM give it a service account "
+              "with storage access, elsewhere run `gcloud auth application-default login`")
+  parsed = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+  port = parsed.port or (443 if parsed.scheme == "https" else 80)
+  try:
+    socket.create_connection((parsed.hostname, port), timeout=10).close()
+  except OSError as e:
+    return f"cannot connect to {parsed.hostname}:{port} ({_cause(e)})"
+  probe_file = os.fspath(p / f".probe-{socket.gethostname()}-{os.getpid()}")
+  try:
+    fs = _fs(p)
+    fs.pipe_file(probe_file, b"spade_jax workdir probe\n")
+    fs.rm_file(probe_file)
+  except FileNotFoundError:
+    return f"bucket {os.fspath(p).split('/')[2]!r} does not exist"
+  except Exception as e:  # noqa: BLE001 - reported as one line
+    return f"cannot write there ({_cause(e)})"
+  return None
+
+
+def _cause(error: BaseException) -> str:
+  """One line for a storage exception (gcsfs and aiohttp messages can span lines)."""
+  text = " ".join(str(error).split()) or type(error).__name__
+  if len(text) > 300:
+    text = text[:300] + " ..."
+  return f"{type(error).__name__}: {text}"

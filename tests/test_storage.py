@@ -1,0 +1,203 @@
+"""The storage layer (spade_jax/storage.py): every workdir path goes through it, and gs://
+works against a real GCS JSON API on the loopback (the `gcs` fixture's emulator)."""
+
+import ast
+import builtins
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import fsspec
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tensorstore as ts
+from layering import PACKAGE_ROOT, imports_of
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+from spade_jax import config_schema, storage
+from spade_jax.metrics.tensorboard import SummaryWriter
+from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
+
+# Every module a workdir (or a path in it) travels through, relative to the repository.
+WORKDIR_MODULES = (
+    "spade_jax/run.py", "spade_jax/rl/trainer.py", "spade_jax/rl/checkpoint.py",
+    "spade_jax/model/load.py", "spade_jax/model/integrity.py", "spade_jax/metrics/logger.py",
+    "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/curriculum_log.py",
+    "spade_jax/export.py", "spade_jax/eval/__main__.py", "spade_jax/eval/evaluate.py",
+    "spade_jax/eval/load.py", "spade_jax/eval/compare.py", "launch/tpu_run.py")
+# What reaches the local file system directly (a gs:// path there becomes ./gs:/...).
+FORBIDDEN = ("open", "builtins.open", "io.open", "os.open", "os.makedirs", "os.mkdir",
+             "os.replace", "os.rename", "os.remove", "os.unlink", "os.listdir", "os.scandir",
+             "os.stat", "os.walk", "os.path", "pathlib", "shutil", "glob", "tempfile")
+TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
+
+
+def _aliases(tree: ast.Module) -> dict[str, str]:
+  """{local name: the qualified name it stands for}, from the module's imports."""
+  names = {"open": "open"}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for a in node.names:
+        names[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+    elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+      for a in node.names:
+        names[a.asname or a.name] = f"{node.module}.{a.name}"
+  return names
+
+
+def _qualified(node: ast.AST, names: dict[str, str]) -> str | None:
+  if isinstance(node, ast.Name):
+    return names.get(node.id)
+  if isinstance(node, ast.Attribute):
+    base = _qualified(node.value, names)
+    return f"{base}.{node.attr}" if base else None
+  return None
+
+
+def _direct_file_access(source: str) -> list[str]:
+  """'line: name' for every use (call or reference) of a FORBIDDEN name, aliases resolved."""
+  tree = ast.parse(source)
+  names = _aliases(tree)
+  found: dict[tuple[int, int], str] = {}  # (line, column) -> the longest dotted name there
+  for node in ast.walk(tree):
+    name = _qualified(node, names) if isinstance(node, (ast.Name, ast.Attribute)) else None
+    if name and any(name == f or name.startswith(f + ".") for f in FORBIDDEN):
+      where = (node.lineno, node.col_offset)
+      found[where] = max(found.get(where, ""), name, key=len)
+  return [f"{line}: {name}" for (line, _), name in sorted(found.items())]
+
+
+def test_workdir_modules_reach_files_only_through_the_storage_layer():
+  bad = {m: v for m in WORKDIR_MODULES
+         if (v := _direct_file_access((config_schema.REPO_ROOT / m).read_text()))}
+  assert not bad, f"file access outside spade_jax/storage.py: {bad}"
+
+
+def test_the_scan_sees_aliased_and_referenced_calls():
+  source = ("import os.path as osp\nfrom os import makedirs as mk\nimport pathlib as pl\n"
+            "f = mk\nosp.join('a', 'b')\npl.Path('x').mkdir()\nwith open('x') as g: pass\n")
+  assert _direct_file_access(source) == ["4: os.makedirs", "5: os.path.join",
+                                         "6: pathlib.Path", "7: open"]
+
+
+def test_every_module_that_takes_a_workdir_is_scanned():
+  takes = set()
+  for rel in [*imports_of(""), "../launch/tpu_run.py"]:
+    path = (PACKAGE_ROOT / rel).resolve()
+    tree = ast.parse(path.read_text())
+    if any(isinstance(n, ast.arg) and n.arg == "workdir" for n in ast.walk(tree)):
+      takes.add(os.fspath(path.relative_to(config_schema.REPO_ROOT)))
+  takes.discard("spade_jax/storage.py")
+  assert takes <= set(WORKDIR_MODULES), sorted(takes - set(WORKDIR_MODULES))
+
+
+def test_storage_imports_nothing_of_the_project_nor_jax():
+  names = imports_of("")["storage.py"]
+  assert not [n for n in names if n.split(".")[0] in ("spade_jax", "jax", "launch")], names
+
+
+@pytest.fixture
+def no_local_gs(monkeypatch):
+  """Fails the test if a gs:// path reaches a local file call (as ./gs:/... would)."""
+  def guard(fn):
+    def checked(*args, **kwargs):
+      if any("gs:" in os.fspath(a) for a in args[:2] if isinstance(a, (str, os.PathLike))):
+        raise AssertionError(f"{fn.__name__}{args[:2]} got a gs:// path")
+      return fn(*args, **kwargs)
+    return checked
+  for module, name in ((builtins, "open"), (io, "open"), (os, "open"), (os, "mkdir"),
+                       (os, "makedirs"), (os, "replace"), (os, "rename"), (os, "stat")):
+    monkeypatch.setattr(module, name, guard(getattr(module, name)))
+
+
+def test_appends_and_tensorboard_events_grow_a_gcs_object(gcs, no_local_gs):
+  log = storage.Appender(f"{gcs}/append/log.txt")
+  for i in range(3):
+    log.write(f"line {i}\n")
+    log.flush()
+  assert storage.read_text(f"{gcs}/append/log.txt") == "line 0\nline 1\nline 2\n"
+  writer = SummaryWriter(f"{gcs}/append/tb")
+  for step in (1, 2):  # one flush per step: each must extend the event file, not replace it
+    writer.scalar("loss", float(step), step)
+    writer.flush()
+  writer.close()
+  acc = EventAccumulator(f"{gcs}/append/tb", size_guidance={"tensors": 0})
+  acc.Reload()
+  assert [e.step for e in acc.Tensors("loss")] == [1, 2]
+  assert storage.listdir(f"{gcs}/append") == ["log.txt", "tb"]
+
+
+def test_gs_is_the_plain_gcsfs_class_that_sends_no_grpc_bucket_probe(gcs):
+  import gcsfs.core  # pylint: disable=import-outside-toplevel  (after storage's settings)
+  assert type(fsspec.filesystem("gs")) is gcsfs.core.GCSFileSystem
+  assert type(storage.path(f"{gcs}/x")._backend.fs(f"{gcs}/x")) is gcsfs.core.GCSFileSystem
+
+
+def test_tensorstore_reads_a_generation_and_writes_on_it(gcs):
+  """orbax's OCDBT manifests are updated by conditional writes on the generation read."""
+  kv = ts.KvStore.open(storage.tensorstore_kvstore(f"{gcs}/ts")).result()
+  kv.write("manifest", b"one").result()
+  read = kv.read("manifest").result()
+  kv.write("manifest", b"two", if_equal=read.stamp.generation).result()
+  assert kv.read("manifest").result().value == b"two"
+
+
+def _flip(path: str) -> None:
+  data = bytearray(storage.path(path).read_bytes())
+  data[100:164] = bytes(b ^ 0xFF for b in data[100:164])
+  storage.path(path).write_bytes(bytes(data))
+
+
+def test_checkpoints_in_a_bucket_restore_and_quarantine_there(gcs, no_local_gs):
+  directory = f"{gcs}/ckpt/checkpoints"
+  mgr = CheckpointManager(directory, async_save=False)
+  params = {"w": jnp.arange(64.0)}
+  for step in (1, 2):
+    mgr.save(step, jax_tree(params, step), {"m": jnp.zeros(3)}, np.zeros(2, np.uint32),
+             {"step": step})
+  mgr.wait_until_finished()
+  item = storage.join(directory, "2", "params")
+  data = [p for p in storage.files(item) if p.parent.name == "d"]
+  _flip(os.fspath(max(data, key=lambda p: storage.size(p))))
+  with pytest.warns(RuntimeWarning, match=f"checkpoint {directory}/2 is not usable"):
+    restored = mgr.restore_latest(abstract_like(params), abstract_like({"m": jnp.zeros(3)}))
+  assert restored.step == 1 and restored.host_state == {"step": 1}
+  np.testing.assert_array_equal(restored.params["w"], jax_tree(params, 1)["w"])
+  assert storage.listdir(directory) == ["1", "2.corrupt"]
+  mgr.close()
+
+
+def jax_tree(params, step):
+  return {"w": params["w"] * step}
+
+
+def test_probe_names_the_url_and_the_cause_in_one_line(gcs, monkeypatch):
+  storage.probe(f"{gcs}/probe")  # the emulator's bucket: writable
+  with pytest.raises(storage.StorageError, match="bucket 'no-such-bucket' does not exist"):
+    storage.probe("gs://no-such-bucket/run")
+  monkeypatch.delenv("STORAGE_EMULATOR_HOST")
+  monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json")
+  with pytest.raises(storage.StorageError, match=r"^workdir gs://b/r: no Google Cloud "
+                     r"credentials \(DefaultCredentialsError: File /nonexistent/key.json"):
+    storage.probe("gs://b/r")
+
+
+def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
+  with socket.socket() as s:  # a port nobody listens on
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+  env = dict(os.environ, STORAGE_EMULATOR_HOST=f"http://127.0.0.1:{port}")
+  start = time.monotonic()
+  proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",
+                         "gs://spade-test/unreachable"], cwd=tmp_path, env=env,
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert time.monotonic() - start < 60
+  assert proc.returncode == 1, proc.stderr
+  assert proc.stderr.strip().splitlines() == [
+      f"error: workdir gs://spade-test/unreachable: cannot connect to 127.0.0.1:{port} "
+      "(ConnectionRefusedError: [Errno 111] Connection refused)"]
+  assert not os.listdir(tmp_path)  # no ./gs:/...
