@@ -20,6 +20,10 @@ from ml_collections import ConfigDict
 
 from spade_jax import config_schema
 
+# A process that sends no heartbeat for this long is declared dead by the coordination
+# service (jax's default is 100 s); the others then stop (spade_jax/multihost.py).
+HEARTBEAT_TIMEOUT_S = 60
+
 
 def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
   """argv (program name first) -> (locked config, workdir, distributed mode)."""
@@ -73,7 +77,8 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   config_schema.validate(config)
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
-    jax.distributed.initialize(**distributed_args(os.environ))
+    jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                               **distributed_args(os.environ))
   from spade_jax import run  # pylint: disable=import-outside-toplevel
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
   try:
@@ -88,7 +93,10 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
 
 
 def main() -> None:
-  from spade_jax.model.hf_config import CheckpointError  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from spade_jax.model.hf_config import CheckpointError
+  from spade_jax.multihost import EXIT_PEER_LOST, PeerLost
+  from spade_jax.preemption import EXIT_PREEMPTED, Preempted
   try:
     config, workdir, distributed = parse_args(sys.argv)
     launch(config, workdir, distributed)
@@ -96,6 +104,15 @@ def main() -> None:
     # Bad input (a config field, a flag, a damaged or unreadable checkpoint): the message
     # names the field or file; exit code 1, no traceback.
     sys.exit(f"error: {err}")
+  except Preempted as stop:  # saved at a step boundary; the same command resumes
+    print(stop, flush=True)
+    sys.exit(EXIT_PREEMPTED)
+  except PeerLost as err:
+    # The others cannot go on either: no shutdown barrier with a dead process (it would
+    # wait for the heartbeat timeout and then abort with a stack dump).
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_PEER_LOST)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,11 @@ class CheckpointManager:
     running trainer's files).
     """
     self._mgr.wait_until_finished()
+    with _QuietAbandonedReads() as quiet:
+      return self._restore_newest(abstract_params, abstract_opt_state, quarantine, quiet)
+
+  def _restore_newest(self, abstract_params: Any, abstract_opt_state: Any | None,
+                      quarantine: bool, quiet: _QuietAbandonedReads) -> Restored | None:
     failed: list[tuple[int, str]] = []
     for step in sorted(self._mgr.all_steps(), reverse=True):
       where = self.directory / str(step)
@@ -134,6 +140,7 @@ class CheckpointManager:
             self._quarantine(bad)
         return restored
       failed.append((step, error))
+      quiet.keep = True  # the failed read's stragglers may still come
       warnings.warn(f"checkpoint {where} is not usable: {error}; trying the previous one",
                     RuntimeWarning, stacklevel=2)
     if failed:
@@ -161,10 +168,7 @@ class CheckpointManager:
       out = self._mgr.restore(step, args=ocp.args.Composite(
           **{item: ocp.args.StandardRestore(t) for item, t in targets.items()}))
     except Exception as e:  # noqa: BLE001 - name the checkpoint whatever orbax raised
-      arrays = sorted(f"{item}/{name}" for item, by_name in files.items()
-                      for name, paths in by_name.items() if any(str(p) in str(e) for p in paths))
-      raise CheckpointIntegrityError(f"{where}: arrays {arrays or '(unknown)'}: "
-                                     f"{type(e).__name__}: {e}") from None
+      raise CheckpointIntegrityError(f"{where}: {integrity.read_error(e, files)}") from None
     return meta, {item: out[item] for item in targets}, files
 
   def _verified(self, step: int, meta: dict, items: dict, files: dict) -> Restored:
@@ -197,6 +201,35 @@ class CheckpointManager:
 
 def _digest(host_state: Any) -> str:
   return hashlib.sha256(json.dumps(host_state, sort_keys=True).encode()).hexdigest()
+
+
+class _QuietAbandonedReads:
+  """While orbax restores (and for good after a restore failed, already reported), drops
+  the debris of a failed read: orbax's other array reads still finish on tensorstore's
+  threads into the event loop orbax has closed, each printing a traceback ('Event loop is
+  closed', or the same read error with a TensorStore spec dump) through `sys.excepthook`
+  or `sys.unraisablehook`. Every other exception still prints."""
+
+  def __enter__(self) -> _QuietAbandonedReads:
+    self.keep = False
+    self._hooks = sys.excepthook, sys.unraisablehook
+    previous_except, previous_unraisable = self._hooks
+    sys.excepthook = lambda t, v, tb: None if _abandoned(v) else previous_except(t, v, tb)
+    sys.unraisablehook = lambda u: None if _abandoned(u.exc_value) else previous_unraisable(u)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if not self.keep:
+      sys.excepthook, sys.unraisablehook = self._hooks
+
+
+def _abandoned(err: BaseException | None) -> bool:
+  text = str(err)
+  return (isinstance(err, RuntimeError) and text == "Event loop is closed") or text.startswith(
+      _ABANDONED_READ)
+
+
+_ABANDONED_READ = "Encountered error while reading array index"  # orbax's message
 
 
 def _everywhere(ok: bool) -> bool:
