@@ -13,9 +13,10 @@ is never a step. Every restore is verified before anything uses it (model/integr
 the files the OCDBT b-tree references exist and are long enough, every array's checksum
 equals the one recorded at save, every float is finite, and the host state hashes to its
 recorded digest. `restore_latest` walks the steps from newest to oldest: a checkpoint that
-fails is reported (warning naming the checkpoint, the array and the file), renamed
-`<step>.corrupt` once an older one restores, and the next older one is tried; when none
-restores, `CheckpointIntegrityError` lists every reason and nothing is moved. On several
+fails is skipped for the next older one; once one restores, each skipped one is reported
+(a warning naming the checkpoint, the array and its file, and the step the run goes on
+from) and renamed `<step>.corrupt`; when none restores, `CheckpointIntegrityError` lists
+every reason (one line) and nothing is moved. On several
 processes every one of them takes the same decision for each step.
 """
 
@@ -135,14 +136,14 @@ class CheckpointManager:
         except CheckpointIntegrityError as e:  # the same verdict on every process
           error = str(e)
       if restored is not None:
-        if failed and quarantine:
-          for bad, _ in failed:
+        for bad, why in failed:  # one line each: the checkpoint, the array / file, the step
+          warnings.warn(f"checkpoint {self.directory / str(bad)} is not usable: {why}; going "
+                        f"on from step {step}", RuntimeWarning, stacklevel=3)
+          if quarantine:
             self._quarantine(bad)
         return restored
       failed.append((step, error))
       quiet.keep = True  # the failed read's stragglers may still come
-      warnings.warn(f"checkpoint {where} is not usable: {error}; trying the previous one",
-                    RuntimeWarning, stacklevel=2)
     if failed:
       raise CheckpointIntegrityError(
           f"no intact checkpoint in {self.directory} (nothing was moved): "
