@@ -66,7 +66,8 @@ def lost_peer(err: BaseException, peers: list[tuple[str, int]] | None) -> PeerLo
   text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
   gone = [r for r, (host, pid) in enumerate(peers or [])
           if r != jax.process_index() and host == socket.gethostname() and not _alive(pid)]
-  if not gone and not any(word in str(err).lower() for word in _PEER_ERRORS):
+  if not gone and not (isinstance(err, jax.errors.JaxRuntimeError)
+                       and any(word in str(err).lower() for word in _PEER_ERRORS)):
     return None
   me = f"process {jax.process_index()}/{jax.process_count()}"
   if gone:

@@ -42,12 +42,19 @@ class StopRequests:
   """Whether the run stops at a step boundary; see the module docstring. Use as a context
   manager (or call `close`) to put the previous SIGTERM handler back."""
 
-  def __init__(self):
+  def __init__(self, start_step: int = 0):
+    """`start_step`: the last finished step (the one the run resumes after)."""
     self.notice: str | None = None
     self._sync_point = jax.process_count() > 1 and bool(
         jax.config.read("jax_enable_preemption_service"))
     self._previous = None
-    if not self._sync_point and threading.current_thread() is threading.main_thread():
+    self._pending = False
+    if self._sync_point:
+      # The sync manager sets the stop at (the highest step any process last reported) + 1
+      # and must hear every step from here on: report where the run starts. A notice that
+      # came before (a sync point of `start_step`) stops the run after its first step.
+      self._pending = multihost_utils.reached_preemption_sync_point(start_step)
+    elif threading.current_thread() is threading.main_thread():
       self._previous = signal.signal(signal.SIGTERM, self._on_signal)
 
   def _on_signal(self, signum: int, _frame) -> None:
@@ -57,7 +64,7 @@ class StopRequests:
   def reached(self, step: int) -> bool:
     """True when the run must stop after `step` (the same answer on every process)."""
     if self._sync_point:
-      if multihost_utils.reached_preemption_sync_point(step):
+      if multihost_utils.reached_preemption_sync_point(step) or self._pending:
         self.notice = _SYNC_POINT_NOTICE
         return True
       return False

@@ -144,12 +144,13 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir,
                                 temperature=settings.temperature)
   host_state = trainer.restore()
+  # From here on a SIGTERM / preemption notice stops the run at a step boundary.
+  stop_requests = StopRequests(start_step=int((host_state or {}).get("step", 0)))
   engine = build_engine(config, trainer.policy, mesh)
   engine.load_weights(trainer.params)
   corpus = make_corpus(config.corpus, shard=(0, 1)) if settings.use_corpus else None
   pool = build_pool(config)
   logger = None
-  stop_requests = StopRequests()  # SIGTERM from here on stops the run at a step boundary
   try:
     loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
                         trainer=trainer, corpus=corpus,
