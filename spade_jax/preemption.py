@@ -46,7 +46,7 @@ class StopRequests:
     """`start_step`: the last finished step (the one the run resumes after)."""
     self.notice: str | None = None
     self._sync_point = jax.process_count() > 1 and bool(
-        jax.config.read("jax_enable_preemption_service"))
+        getattr(jax.config, "jax_enable_preemption_service", True))
     self._previous = None
     self._pending = False
     if self._sync_point:

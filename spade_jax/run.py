@@ -196,10 +196,13 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
     raise lost from None
   finally:
     stop_requests.close()
+    ended = sys.exc_info()[1]
+    if hasattr(pool.exchange, "close"):  # the others must not take a proper end for a loss
+      pool.exchange.close(finished=ended is None or isinstance(ended, Preempted))
     print(f"process {jax.process_index()}/{jax.process_count()}: this process's sandbox ran "
           f"{dict(sorted(pool.local_counts.items()))}", flush=True)
     pool.close()
-    if not isinstance(sys.exc_info()[1], PeerLost):  # pending saves wait for every process
+    if not isinstance(ended, PeerLost):  # pending saves wait for every process
       trainer.close()
     if logger is not None:
       logger.close()
