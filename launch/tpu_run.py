@@ -20,6 +20,10 @@ from ml_collections import ConfigDict
 
 from spade_jax import config_schema, storage
 
+# A process that sends no heartbeat for this long is declared dead by the coordination
+# service (jax's default is 100 s); the others then stop (spade_jax/multihost.py).
+HEARTBEAT_TIMEOUT_S = 60
+
 
 def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
   """argv (program name first) -> (locked config, workdir, distributed mode)."""
@@ -80,7 +84,8 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   storage.probe(workdir)  # an unreachable or unwritable workdir fails before anything waits
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
-    jax.distributed.initialize(**distributed_args(os.environ))
+    jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
+                               **distributed_args(os.environ))
   from spade_jax import run  # pylint: disable=import-outside-toplevel
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
   try:
@@ -95,7 +100,10 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
 
 
 def main() -> None:
-  from spade_jax.model.hf_config import CheckpointError  # pylint: disable=import-outside-toplevel
+  # pylint: disable=import-outside-toplevel
+  from spade_jax.model.hf_config import CheckpointError
+  from spade_jax.multihost import EXIT_PEER_LOST, PeerLost
+  from spade_jax.preemption import EXIT_PREEMPTED, Preempted
   try:
     config, workdir, distributed = parse_args(sys.argv)
     launch(config, workdir, distributed)
@@ -104,6 +112,15 @@ def main() -> None:
     # Bad input (a config field, a flag, a damaged or unreadable checkpoint, a workdir that
     # cannot be written): the message names the field, file or URL; exit code 1, no traceback.
     sys.exit(f"error: {err}")
+  except Preempted as stop:  # saved at a step boundary; the same command resumes
+    print(stop, flush=True)
+    sys.exit(EXIT_PREEMPTED)
+  except PeerLost as err:
+    # The others cannot go on either: no shutdown barrier with a dead process (it would
+    # wait for the heartbeat timeout and then abort with a stack dump).
+    print(f"error: {err}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_PEER_LOST)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ initialised and the mesh built (or builds the mesh itself). Builds, in order: th
 of <workdir>/checkpoints: params, optimiser state, RNG and the loop's host state), the
 engine on the trainer's live parameters, the sandbox pool, the corpus, the seed library,
 the loop and the metrics logger. Then it runs steps until config.train.num_steps,
-checkpointing through the trainer, and always closes the sandbox workers.
+checkpointing through the trainer, and always closes the sandbox workers. A SIGTERM or a
+preemption notice stops it at the next step boundary, saved (spade_jax/preemption.py).
 
 Every host runs the same loop on the same data: rollouts are global SPMD computations on
 the mesh, so the designer prompts (hence the corpus stream) must be identical on all hosts.
@@ -18,12 +19,14 @@ every host still sees every episode and builds the same batch.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 import jax
 from flax import nnx
 
 from spade_jax import storage
+from spade_jax.config_schema import ConfigError
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
@@ -36,7 +39,8 @@ from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import RUN_CONFIG_FILE, load_model
-from spade_jax.multihost import JaxExchange
+from spade_jax.multihost import JaxExchange, PeerLost, lost_peer
+from spade_jax.preemption import Preempted, StopRequests
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.sandbox.split import LocalExchange, SplitPool
@@ -144,10 +148,16 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   evals = EvalSettings.from_config(config)
   metrics = MetricsSettings.from_config(config)  # a bad embedding_model fails before compiling
   mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
-  tokenizer = load_tokenizer(config.tokenizer)
+  try:
+    tokenizer = load_tokenizer(config.tokenizer)
+  except OSError as err:  # missing files, a hub id that cannot be fetched: one line
+    raise ConfigError(f"config.tokenizer={config.tokenizer!r}: "
+                      f"{str(err).strip().splitlines()[0]}") from None
   trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir,
                                 temperature=settings.temperature)
   host_state = trainer.restore()
+  # From here on a SIGTERM / preemption notice stops the run at a step boundary.
+  stop_requests = StopRequests(start_step=int((host_state or {}).get("step", 0)))
   engine = build_engine(config, trainer.policy, mesh)
   engine.load_weights(trainer.params)
   corpus = make_corpus(config.corpus, shard=(0, 1)) if settings.use_corpus else None
@@ -172,24 +182,39 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
     while loop.step_index < num_steps:
       record = loop.step(final=loop.step_index + 1 == num_steps)  # last: train pending designs
       logger.observe(record)  # the windowed learnable share counts every step
+      stop = stop_requests.reached(record.step)  # the same answer on every process
       if not record.train_metrics:  # no valid environment and no designer sample came due
         print(f"step {record.step}: no samples, no update (designer valid "
               f"{record.designer_valid}/{record.designer_requests}, 0 environments)", flush=True)
-        continue
-      if record.step % log_every == 0 or record.step == num_steps:
-        logger.write(record)
-      if evals.due(record.step):
-        logger.write_scalars(run_evaluation(evals, engine, pool, tokenizer, config, workdir,
-                                            record.step), record.step)
-      # Checkpoints are named by the trainer's update count (== step unless a step had no
-      # update); the loop's own step is in the host state.
-      trainer.maybe_save({**loop.state_dict(), "logger": logger.state_dict()},
-                         force=record.step == num_steps)
+      else:
+        if record.step % log_every == 0 or record.step == num_steps or stop:
+          logger.write(record)
+        if evals.due(record.step):
+          logger.write_scalars(run_evaluation(evals, engine, pool, tokenizer, config, workdir,
+                                              record.step), record.step)
+      if record.train_metrics or (stop and trainer.step not in trainer.checkpoints.all_steps()):
+        # Checkpoints are named by the trainer's update count (== step unless a step had no
+        # update); the loop's own step is in the host state.
+        trainer.maybe_save({**loop.state_dict(), "logger": logger.state_dict()},
+                           force=record.step == num_steps or stop)
+      if stop and loop.step_index < num_steps:
+        raise Preempted(stop_requests.notice, record.step,
+                        f"{trainer.checkpoints.directory}/{trainer.step}")
     return record
+  except Exception as err:  # a collective that failed because a process died reads as such
+    lost = lost_peer(err, getattr(pool.exchange, "peers", None))
+    if lost is None:
+      raise
+    raise lost from None
   finally:
+    stop_requests.close()
+    ended = sys.exc_info()[1]
+    if hasattr(pool.exchange, "close"):  # the others must not take a proper end for a loss
+      pool.exchange.close(finished=ended is None or isinstance(ended, Preempted))
     print(f"process {jax.process_index()}/{jax.process_count()}: this process's sandbox ran "
           f"{dict(sorted(pool.local_counts.items()))}", flush=True)
     pool.close()
-    trainer.close()
+    if not isinstance(ended, PeerLost):  # pending saves wait for every process
+      trainer.close()
     if logger is not None:
       logger.close()

@@ -30,6 +30,7 @@ from spade_jax.model.hf_config import CheckpointError
 from spade_jax.model.sharding import host_get
 
 _VALUE_REF = re.compile(r"^value:(?P<dir>[^:]*):(?P<file>[^:]+):(?P<offset>\d+):(?P<length>\d+)$")
+_READ_KEY = re.compile(r'Error reading "(?P<array>[^"/]+)/')
 _NODE_REF = re.compile(r"^btreenode::(?P<file>[^:]+):(?P<offset>\d+):(?P<length>\d+)$")
 
 
@@ -124,6 +125,30 @@ def data_files(item_dir: str | os.PathLike) -> dict[str, list[epath.Path]]:
       elif not chunk.startswith("."):  # a chunk stored inline in the node (not .zarray)
         files[name].add(node_file)
   return {name: sorted(paths) for name, paths in files.items()}
+
+
+def read_error(err: BaseException, files: dict[str, dict[str, list[pathlib.Path]]]) -> str:
+  """One line for an orbax restore that failed in tensorstore: the array tensorstore names
+  (`Error reading "<array>/<chunk>"`, deep in the exception chain, under orbax's spec
+  dump), its data files from `files` ({item: data_files(...)}), and tensorstore's reason."""
+  chain: list[BaseException] = []
+  while err is not None and all(err is not seen for seen in chain):
+    chain.append(err)
+    err = err.__cause__ or err.__context__
+  for e in reversed(chain):  # the innermost error says what failed
+    text = (str(e).strip().splitlines() or [type(e).__name__])[0]
+    m = _READ_KEY.search(text)
+    if m is None:
+      continue
+    named = [(item, paths) for item, by_name in files.items()
+             for name, paths in by_name.items() if name == m["array"]]
+    item, paths = next(((i, p) for i, p in named if f"/{i}/" in text), named[0] if named
+                       else ("", []))
+    where = ", ".join(map(str, paths)) or "(files unknown)"
+    return (f"array {item + '/' if item else ''}{m['array']} cannot be read, data in {where} "
+            f"({type(e).__name__}: {text[:300]})")
+  text = (str(chain[-1]).strip().splitlines() or [""])[0]
+  return f"arrays (unknown): {type(chain[-1]).__name__}: {text[:300]}"
 
 
 def _text(key: Any) -> str:

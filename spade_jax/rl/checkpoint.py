@@ -13,9 +13,10 @@ is never a step. Every restore is verified before anything uses it (model/integr
 the files the OCDBT b-tree references exist and are long enough, every array's checksum
 equals the one recorded at save, every float is finite, and the host state hashes to its
 recorded digest. `restore_latest` walks the steps from newest to oldest: a checkpoint that
-fails is reported (warning naming the checkpoint, the array and the file), renamed
-`<step>.corrupt` once an older one restores, and the next older one is tried; when none
-restores, `CheckpointIntegrityError` lists every reason and nothing is moved. On several
+fails is skipped for the next older one; once one restores, each skipped one is reported
+(a warning naming the checkpoint, the array and its file, and the step the run goes on
+from) and renamed `<step>.corrupt`; when none restores, `CheckpointIntegrityError` lists
+every reason (one line) and nothing is moved. On several
 processes every one of them takes the same decision for each step.
 """
 
@@ -25,6 +26,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -111,6 +113,11 @@ class CheckpointManager:
     running trainer's files).
     """
     self._mgr.wait_until_finished()
+    with _QuietAbandonedReads() as quiet:
+      return self._restore_newest(abstract_params, abstract_opt_state, quarantine, quiet)
+
+  def _restore_newest(self, abstract_params: Any, abstract_opt_state: Any | None,
+                      quarantine: bool, quiet: _QuietAbandonedReads) -> Restored | None:
     failed: list[tuple[int, str]] = []
     for step in sorted(self._mgr.all_steps(), reverse=True):
       where = self.directory / str(step)
@@ -128,13 +135,14 @@ class CheckpointManager:
         except CheckpointIntegrityError as e:  # the same verdict on every process
           error = str(e)
       if restored is not None:
-        if failed and quarantine:
-          for bad, _ in failed:
+        for bad, why in failed:  # one line each: the checkpoint, the array / file, the step
+          warnings.warn(f"checkpoint {self.directory / str(bad)} is not usable: {why}; going "
+                        f"on from step {step}", RuntimeWarning, stacklevel=3)
+          if quarantine:
             self._quarantine(bad)
         return restored
       failed.append((step, error))
-      warnings.warn(f"checkpoint {where} is not usable: {error}; trying the previous one",
-                    RuntimeWarning, stacklevel=2)
+      quiet.keep = True  # the failed read's stragglers may still come
     if failed:
       raise CheckpointIntegrityError(
           f"no intact checkpoint in {self.directory} (nothing was moved): "
@@ -160,10 +168,7 @@ class CheckpointManager:
       out = self._mgr.restore(step, args=ocp.args.Composite(
           **{item: ocp.args.StandardRestore(t) for item, t in targets.items()}))
     except Exception as e:  # noqa: BLE001 - name the checkpoint whatever orbax raised
-      arrays = sorted(f"{item}/{name}" for item, by_name in files.items()
-                      for name, paths in by_name.items() if any(str(p) in str(e) for p in paths))
-      raise CheckpointIntegrityError(f"{where}: arrays {arrays or '(unknown)'}: "
-                                     f"{type(e).__name__}: {e}") from None
+      raise CheckpointIntegrityError(f"{where}: {integrity.read_error(e, files)}") from None
     return meta, {item: out[item] for item in targets}, files
 
   def _verified(self, step: int, meta: dict, items: dict, files: dict) -> Restored:
@@ -196,6 +201,35 @@ class CheckpointManager:
 
 def _digest(host_state: Any) -> str:
   return hashlib.sha256(json.dumps(host_state, sort_keys=True).encode()).hexdigest()
+
+
+class _QuietAbandonedReads:
+  """While orbax restores (and for good after a restore failed, already reported), drops
+  the debris of a failed read: orbax's other array reads still finish on tensorstore's
+  threads into the event loop orbax has closed, each printing a traceback ('Event loop is
+  closed', or the same read error with a TensorStore spec dump) through `sys.excepthook`
+  or `sys.unraisablehook`. Every other exception still prints."""
+
+  def __enter__(self) -> _QuietAbandonedReads:
+    self.keep = False
+    self._hooks = sys.excepthook, sys.unraisablehook
+    previous_except, previous_unraisable = self._hooks
+    sys.excepthook = lambda t, v, tb: None if _abandoned(v) else previous_except(t, v, tb)
+    sys.unraisablehook = lambda u: None if _abandoned(u.exc_value) else previous_unraisable(u)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    if not self.keep:
+      sys.excepthook, sys.unraisablehook = self._hooks
+
+
+def _abandoned(err: BaseException | None) -> bool:
+  text = str(err)
+  return (isinstance(err, RuntimeError) and text == "Event loop is closed") or text.startswith(
+      _ABANDONED_READ)
+
+
+_ABANDONED_READ = "Encountered error while reading array index"  # orbax's message
 
 
 def _everywhere(ok: bool) -> bool:

@@ -189,7 +189,8 @@ def test_command_line_exits_with_the_message():
                          "--config", "smoke.py", "--config.selfplay.k=0"],
                         capture_output=True, text=True, timeout=120, check=False)
   assert proc.returncode == 1
-  assert "error: config.selfplay.k=0: expected an int >= 1" in proc.stderr
+  # One line and nothing else: no traceback, nothing on stdout.
+  assert (proc.stdout, proc.stderr) == ("", "error: config.selfplay.k=0: expected an int >= 1\n")
 
 
 @pytest.mark.parametrize("env, expected", [

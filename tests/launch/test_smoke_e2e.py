@@ -14,11 +14,14 @@ tool-use setting (the tool seeds, the real reply parser) in a local workdir.
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 from gymnasium.utils.env_checker import check_env
+from launch_procs import running, tree_below
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -26,6 +29,7 @@ from spade_jax import config_schema, export, storage
 from spade_jax.envs.gym import from_curriculum_line
 from spade_jax.eval import __main__ as eval_cli
 from spade_jax.eval.load import tokenizer_for
+from spade_jax.preemption import EXIT_PREEMPTED
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.tokenizer import load_tokenizer
 
@@ -95,9 +99,15 @@ def smoke_runs(tmp_path_factory, gcs):
     return proc
 
   tools = os.fspath(tmp_path_factory.mktemp("smoke_tool_use"))
-  launch(1, tools, ["--config.setting=tool_use", "--config.selfplay.library=seeds",
-                    "--config.selfplay.skills=('lookup','transaction')"])
-  tool_use = {"scalars": _scalars(tools),
+  tool_args = [sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir", tools,
+               "--config.train.num_steps=2", *overrides, "--config.setting=tool_use",
+               "--config.selfplay.library=seeds",
+               "--config.selfplay.skills=('lookup','transaction')"]
+  # A real SIGTERM while step 1 runs (its first compile): the run stops after step 1 and
+  # saves it although checkpoint_every says not yet; the relaunch plays step 2.
+  preempted = sigterm_during_step_1(tool_args + ["--config.train.checkpoint_every=100"], env)
+  resumed = launch(2, tools, tool_args[-3:])
+  tool_use = {"scalars": _scalars(tools), "preempted": preempted, "resumed": resumed,
               "log": open(os.path.join(tools, "log.txt"), encoding="utf-8").read()}
   launch(2)
   tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
@@ -163,9 +173,44 @@ def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
 
 def test_tool_use_setting_runs_a_step_on_the_tiny_model(smoke_runs):
   tool_use = smoke_runs[2]
-  for tag in REQUIRED_TAGS:
-    assert tool_use["scalars"][tag] == [1], tag
-  assert tool_use["log"].startswith("step 1/1")
+  for tag in REQUIRED_TAGS:  # the learnable share when its window closes or the run ends
+    assert tool_use["scalars"][tag] == ([2] if tag == "curriculum/learnable_share" else [1, 2]
+                                        ), tag
+  assert [line.split(" | ")[0] for line in tool_use["log"].splitlines()] == ["step 1/2",
+                                                                            "step 2/2"]
+
+
+def test_sigterm_saves_the_finished_step_and_the_relaunch_goes_on_at_the_next(smoke_runs):
+  tool_use = smoke_runs[2]
+  proc, workers = tool_use["preempted"]
+  assert proc.returncode == EXIT_PREEMPTED, proc.stdout[-3000:] + proc.stderr[-3000:]
+  workdir = proc.args[proc.args.index("--workdir") + 1]
+  lines = [x for x in proc.stdout.splitlines() if x.startswith("preempted")]
+  assert lines == [f"preempted by SIGTERM: stopped after step 1, saved {workdir}/checkpoints/1;"
+                   " the same command resumes at step 2"], proc.stdout[-2000:]
+  assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+  assert workers and not [pid for pid in workers if running(pid)], workers  # none left
+  assert _latest_host_state(workdir)[1]["step"] >= 1
+  assert "starting at step 2 of 2" in tool_use["resumed"].stdout
+
+
+def sigterm_during_step_1(args, env):
+  """Runs `args` and sends SIGTERM once step 1 has begun; (the finished process, the pids
+  of its sandbox workers)."""
+  proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+  stderr = []
+  reader = threading.Thread(target=lambda: stderr.append(proc.stderr.read()), daemon=True)
+  reader.start()
+  stdout, workers = [], []
+  for line in proc.stdout:
+    stdout.append(line)
+    if line.startswith("self-play: starting at step 1"):
+      workers = tree_below(proc.pid)
+      proc.send_signal(signal.SIGTERM)
+  proc.wait(timeout=900)
+  reader.join()
+  return subprocess.CompletedProcess(args, proc.returncode, "".join(stdout), stderr[0]), workers
 
 
 def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, capsys):
@@ -190,25 +235,12 @@ def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, ca
         done = terminated or truncated
 
 
-def test_eval_run_reads_the_checkpoint_from_the_bucket(smoke_runs):
-  workdir = smoke_runs[1]["workdir"]
-  out = f"{workdir}/eval/cli.jsonl"
-  eval_cli.main(["run", "--checkpoint", workdir, "--tokenizer", "tiny", "--suite",
-                 "reasoning_gym", "--limit", "1", "--samples", "1", "--max-new-tokens", "4",
-                 "--num-slots", "2", "--max-cache-len", "512", "--prefill-buckets", "256",
-                 "--out", out, "--quiet"])
-  assert [json.loads(x)["suite"] for x in storage.read_text(out).splitlines()] == [
-      "reasoning_gym"]
-  summary = json.loads(storage.read_text(f"{workdir}/eval/cli.summary.json"))
-  assert summary["checkpoint"] == workdir and summary["suites"]["reasoning_gym"]["n"] == 1
-
-
-def _flip_params(step_dir):
-  """Flips 64 bytes inside the largest OCDBT data file of the step's parameters."""
+def _flip_params(step_dir, start=100, count=64):
+  """Flips `count` bytes inside the largest OCDBT data file of the step's parameters."""
   path = max((p for p in storage.files(f"{step_dir}/params") if p.parent.name == "d"),
              key=storage.size)
   data = bytearray(path.read_bytes())
-  data[100:164] = bytes(b ^ 0xFF for b in data[100:164])
+  data[start:start + count] = bytes(b ^ 0xFF for b in data[start:start + count])
   path.write_bytes(bytes(data))
   return os.fspath(path)
 
@@ -220,13 +252,26 @@ def test_corrupt_newest_checkpoint_falls_back_then_a_lone_corrupt_one_stops(smok
   proc = launch(3)
   assert f"checkpoint {workdir}/checkpoints/3 is not usable" in proc.stderr
   assert "checksum mismatch" in proc.stderr and os.path.basename(damaged) in proc.stderr
-  assert "starting at step 3 of 3" in proc.stdout
+  assert "going on from step 2" in proc.stderr and "starting at step 3 of 3" in proc.stdout
+  # A handled fault reads as handled: the warning and its source line, nothing else.
+  assert len(proc.stderr.splitlines()) <= 2, proc.stderr[-5000:]
   last = storage.read_text(f"{workdir}/log.txt").splitlines()[-1]
   assert last.startswith("step 3/3") and "nan" not in last.lower()
   assert storage.isdir(f"{workdir}/checkpoints/3.corrupt")
   # Now every kept checkpoint is damaged: the launch stops with the message, exit code 1.
-  for step in (2, 3):
-    _flip_params(f"{workdir}/checkpoints/{step}")
+  _flip_params(f"{workdir}/checkpoints/2")
+  unreadable = _flip_params(f"{workdir}/checkpoints/3", 0, 4096)  # tensorstore fails on it
   proc = launch(3, returncode=1)
-  assert "error: no intact checkpoint in" in proc.stderr and "Traceback" not in proc.stderr
+  assert proc.stderr.startswith("error: no intact checkpoint in"), proc.stderr[-5000:]
+  assert len(proc.stderr.splitlines()) == 1, proc.stderr[-5000:]  # one line, no traceback
   assert "step 3:" in proc.stderr and "step 2:" in proc.stderr
+  assert f"cannot be read, data in {unreadable}" in proc.stderr, proc.stderr
+
+
+def test_a_tokenizer_that_cannot_be_loaded_stops_the_launch_in_one_line(smoke_runs, tmp_path):
+  *_, launch = smoke_runs
+  proc = launch(1, os.fspath(tmp_path / "run"), [f"--config.tokenizer={tmp_path}"],
+                returncode=1)
+  assert proc.stderr.splitlines() == [
+      f"error: config.tokenizer='{tmp_path}': {tmp_path}/tokenizer.json: missing (a Hugging "
+      "Face tokenizer directory needs tokenizer.json)"], proc.stderr[-3000:]
