@@ -35,6 +35,7 @@ from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import load_model
+from spade_jax.model.lora_io import with_adapters
 from spade_jax.multihost import JaxExchange
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
@@ -54,7 +55,7 @@ def build_model(config: Any, mesh):
   m = config.model
   param_dtype = str(m.param_dtype)
   static = dict(compute_dtype=str(m.compute_dtype), attention_impl=str(m.attention_impl),
-                remat=str(m.remat))  # static in the module graph
+                remat=str(m.remat), **lora_settings(m))  # static in the module graph
   resolve_attention_impl(static["attention_impl"], static["compute_dtype"])
   if not m.checkpoint:
     cfg = get_preset(m.preset).replace(param_dtype=param_dtype, **static)
@@ -63,10 +64,18 @@ def build_model(config: Any, mesh):
   cfg = model.cfg.replace(**static)
   if cfg == model.cfg:
     return model
+  if cfg.lora_rank:  # fresh adapters on the loaded base (the same as at random init)
+    return with_adapters(model, cfg, int(config.seed), mesh)
   # Re-merge the loaded weights into a graph built for the requested static settings (no
   # copy of the parameters).
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
   return nnx.merge(graphdef, nnx.state(model))
+
+
+def lora_settings(m: Any) -> dict[str, Any]:
+  """config.model's LoRA fields as ModelConfig fields."""
+  return dict(lora_rank=int(m.lora_rank), lora_alpha=float(m.lora_alpha),
+              lora_targets=tuple(str(t) for t in m.lora_targets))
 
 
 def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryEntry]:

@@ -25,6 +25,7 @@ from spade_jax.model.config import ModelConfig, lora_target_names
 from spade_jax.model.layers import Einsum
 from spade_jax.model.matmul import matmul
 
+
 class LoRAParam(nnx.Param):
   """An adapter matrix (A or B): a parameter the trainer updates while the base is frozen."""
 
@@ -87,9 +88,14 @@ def adapted(model: nnx.Module) -> list[tuple[tuple, Einsum]]:
           if isinstance(m, Einsum) and m.lora is not None]
 
 
+# Settings that change how the weights run, not what they are (the dtype shows in the sums).
+_NOT_ARCHITECTURE = ("param_dtype", "compute_dtype", "remat", "attention_impl")
+
+
 def base_fingerprint(model: nnx.Module) -> str:
   """A digest of the base weights and architecture an adapter was trained on."""
-  cfg = {k: v for k, v in vars(model.cfg).items() if not k.startswith("lora_")}
+  cfg = {k: v for k, v in vars(model.cfg).items()
+         if not k.startswith("lora_") and k not in _NOT_ARCHITECTURE}
   sums = integrity.checksums(nnx.state(model, BASE))
   blob = json.dumps({"config": cfg, "checksums": sums}, sort_keys=True, default=str)
   return hashlib.sha256(blob.encode()).hexdigest()[:20]

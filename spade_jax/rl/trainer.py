@@ -32,7 +32,7 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from spade_jax.model import lora
+from spade_jax.model import lora, lora_io
 from spade_jax.model.load import write_model_config
 from spade_jax.model.sharding import state_shardings
 from spade_jax.rl.advantages import compute_advantages
@@ -101,7 +101,11 @@ class Trainer:
       checkpoints = CheckpointManager(
           os.path.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
           keep=int(config.train.keep_checkpoints))
-    return cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
+    trainer = cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
+    if checkpoints is not None and model.cfg.lora_rank:  # what `load_model` rebuilds it on
+      lora_io.write_base_record(checkpoints.directory, model, checkpoint=config.model.checkpoint,
+                                preset=config.model.preset, seed=int(config.seed))
+    return trainer
 
   @property
   def params(self) -> nnx.State:

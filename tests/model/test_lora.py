@@ -7,9 +7,15 @@ import pytest
 from flax import nnx
 
 from spade_jax.model import KVCache, Qwen3, get_preset
-from spade_jax.model.lora import BASE, LoRAParam, adapted, base_fingerprint
+from spade_jax.model.lora import LoRAParam, adapted, base_fingerprint
+from spade_jax.model.lora_io import merged
 
 CFG = get_preset("tiny", lora_rank=4, lora_alpha=8.0)
+
+
+@nnx.jit
+def _forward(model, ids):
+  return model(ids)
 
 
 def _ids(shape, seed=0):
@@ -22,37 +28,28 @@ def test_zero_adapters_reproduce_the_base_exactly_uncached_and_cached():
   assert len(adapted(model)) == 7 * CFG.num_layers and base_fingerprint(model) == \
       base_fingerprint(base)
   ids = _ids((2, 9))
-  np.testing.assert_array_equal(np.asarray(model(ids)), np.asarray(base(ids)))
+  np.testing.assert_array_equal(np.asarray(_forward(model, ids)), np.asarray(_forward(base, ids)))
   cache = KVCache.init(CFG, 2, 16)
-  got, _ = model(ids, cache=cache)
-  want, _ = base(ids, cache=cache)
-  np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+  # Op by op: compiled, XLA may fuse the (zero) update into the decode's matmul and round
+  # the last bit differently; the training pass above is compiled and still exact.
+  np.testing.assert_array_equal(np.asarray(model(ids, cache=cache)[0]),
+                                np.asarray(base(ids, cache=cache)[0]))
 
 
-def test_adapters_add_the_low_rank_update_to_the_kernel():
+def test_merged_adapters_give_the_adapted_function():
   model = Qwen3(CFG, rngs=nnx.Rngs(0))
   rng = np.random.default_rng(1)
-  state = nnx.state(model, LoRAParam)
-  nnx.update(model, jax.tree.map(lambda x: jnp.asarray(rng.normal(0, 0.1, x.shape),
-                                                       x.dtype), state))
+  nnx.update(model, jax.tree.map(lambda x: jnp.asarray(rng.normal(0, 0.1, x.shape), x.dtype),
+                                 nnx.state(model, LoRAParam)))
   ids = _ids((2, 9), seed=3)
-  adapted_logits = np.asarray(model(ids))
-  # Fold scale * A B into every kernel and drop the adapters: the same function.
-  merged = Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0))
-  for (path, proj), (_, plain) in zip(adapted(model), _projections(merged, adapted(model)),
-                                      strict=True):
-    plain.kernel[...] = proj.kernel[...] + proj.lora.delta()
-  np.testing.assert_allclose(np.asarray(merged(ids)), adapted_logits, atol=2e-5, rtol=1e-5)
-  assert not np.allclose(adapted_logits, np.asarray(Qwen3(CFG, rngs=nnx.Rngs(0))(ids)),
-                         atol=1e-3)
-  assert base_fingerprint(model) == base_fingerprint(merged.__class__(CFG, rngs=nnx.Rngs(0)))
-  assert len(jax.tree.leaves(nnx.state(model, BASE))) == len(jax.tree.leaves(
-      nnx.state(merged, nnx.Param)))
-
-
-def _projections(model, like):
-  modules = dict(model.iter_modules())
-  return [(path, modules[path]) for path, _ in like]
+  adapted_logits = np.asarray(_forward(model, ids))
+  plain = merged(model)  # W + scale * A B, no adapters
+  assert plain.cfg.lora_rank == 0 and not adapted(plain)
+  np.testing.assert_allclose(np.asarray(_forward(plain, ids)), adapted_logits, atol=2e-5,
+                             rtol=1e-5)
+  base = np.asarray(_forward(Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0)), ids))
+  assert np.abs(adapted_logits - base).max() > 1e-2
+  assert base_fingerprint(model) != base_fingerprint(plain)  # other base weights
 
 
 @pytest.mark.parametrize("changes, message", [
