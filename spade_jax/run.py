@@ -32,7 +32,7 @@ from spade_jax.eval.generate import Generator
 from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.logger import StepLogger
 from spade_jax.metrics.settings import MetricsSettings
-from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
+from spade_jax.model import Qwen3, create_sharded, get_preset, lora, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import load_model
 from spade_jax.model.lora_io import with_adapters
@@ -55,7 +55,7 @@ def build_model(config: Any, mesh):
   m = config.model
   param_dtype = str(m.param_dtype)
   static = dict(compute_dtype=str(m.compute_dtype), attention_impl=str(m.attention_impl),
-                remat=str(m.remat), **lora_settings(m))  # static in the module graph
+                remat=str(m.remat), **lora.config_fields(m))  # static in the module graph
   resolve_attention_impl(static["attention_impl"], static["compute_dtype"])
   if not m.checkpoint:
     cfg = get_preset(m.preset).replace(param_dtype=param_dtype, **static)
@@ -70,12 +70,6 @@ def build_model(config: Any, mesh):
   # copy of the parameters).
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
   return nnx.merge(graphdef, nnx.state(model))
-
-
-def lora_settings(m: Any) -> dict[str, Any]:
-  """config.model's LoRA fields as ModelConfig fields."""
-  return dict(lora_rank=int(m.lora_rank), lora_alpha=float(m.lora_alpha),
-              lora_targets=tuple(str(t) for t in m.lora_targets))
 
 
 def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryEntry]:

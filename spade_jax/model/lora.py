@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +37,13 @@ BASE = nnx.All(nnx.Param, nnx.Not(LoRAParam))  # the base weights, without the a
 def trainable(cfg: ModelConfig):
   """The filter of the parameters a trainer updates: the adapters when LoRA is on."""
   return LoRAParam if cfg.lora_rank > 0 else nnx.Param
+
+
+def config_fields(model_section: Any) -> dict[str, Any]:
+  """config.model's LoRA fields (base_config) as ModelConfig fields."""
+  m = model_section
+  return dict(lora_rank=int(m.lora_rank), lora_alpha=float(m.lora_alpha),
+              lora_targets=tuple(str(t) for t in m.lora_targets))
 
 
 class LoRA(nnx.Module):
