@@ -13,11 +13,12 @@ import time
 
 import numpy as np
 import pytest
+from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
 from spade_jax.model import Qwen3, get_preset
-from spade_jax.plan import parse_topology, train_memory
+from spade_jax.plan import make_plan, parse_topology, train_memory
 from spade_jax.rl.batch import AGENT, TrainBatch
 from spade_jax.rl.trainer import Trainer
 
@@ -82,3 +83,14 @@ def test_command_runs_in_seconds_without_allocating_the_model():
   peak_rss_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 ** 2
   assert peak_rss_gib < 3, peak_rss_gib
   assert wall < 120, wall  # seconds on an idle core; the margin is for a shared machine
+
+
+def test_games_lora_fits_qwen3_4b_on_a_v5e_8_where_full_weights_do_not():
+  config, _ = config_schema.parse_config_args(["plan", "--config", "games_lora.py"],
+                                              flags.FlagValues())
+  chip, chips = parse_topology("v5e-8")
+  plan = make_plan(config, chip, chips)
+  assert plan.lora_rank == 16 and plan.train.reference == 0
+  assert plan.total(remat=True) <= chip.hbm_bytes
+  config.model.lora_rank, config.model.param_dtype = 0, "float32"
+  assert make_plan(config, chip, chips).total(remat=True) > chip.hbm_bytes
