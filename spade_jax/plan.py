@@ -83,8 +83,13 @@ def trained_count(cfg: ModelConfig) -> int:
   return _count(cfg, lora.trainable(cfg))
 
 
+@functools.cache
+def _abstract_model(cfg: ModelConfig) -> Qwen3:
+  return nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)))
+
+
 def _count(cfg: ModelConfig, which) -> int:
-  state = nnx.state(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))), which)
+  state = nnx.state(_abstract_model(cfg), which)
   return sum(math.prod(x.shape) for x in jax.tree.leaves(state))
 
 
