@@ -21,7 +21,7 @@ from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.tokenizer import load_tokenizer
 
 PROMPTS, GROUP, NEW_TOKENS, STEPS = 4, 8, 6, 14
-LORA_STEPS = 9
+LORA_STEPS = 8
 RL = dict(learning_rate=3e-2, beta=0.01, clip_low=0.2, clip_high=0.28, grad_clip_norm=1.0,
           loss_agg="token_mean", logprob_chunk=64)
 
