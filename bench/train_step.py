@@ -1,7 +1,7 @@
 """Our GRPO step against the same GRPO step written in PyTorch + transformers, as TRL does it.
 
   .venv/bin/python bench/train_step.py [--iters 3] [--rounds 1] [--presets tiny,bench-40m]
-                                       [--precisions float32,bfloat16]
+                                       [--precisions float32,bfloat16] [--lora-rank 16]
 
 Both sides run one objective on one batch, built from one checkpoint: batch 8 x 512 (a
 64-token prompt, then 448 policy tokens carrying loss), fp32 parameters and AdamW state,
@@ -27,6 +27,11 @@ One JSON line on stdout (each pair also goes to stderr as it finishes), per pres
   matmul parameter per token, plus causal attention (2 x heads x head_dim x SEQ per layer:
   QK^T and PV over SEQ / 2 keys on average). The vocabulary matmul counts at the positions
   each side computes logits: ours the loss positions (SEQ - PROMPT), transformers one more.
+`--lora-rank R` (R > 0) runs the same step with LoRA adapters of rank R (alpha 2R) on every
+q/k/v/o and gate/up/down projection, only the adapters training: ours with
+config.model.lora_rank (the reference is the base with the adapters off, model/lora.py),
+transformers with peft's `get_peft_model(LoraConfig(...))` and the reference forward under
+`model.disable_adapter()`, as TRL's GRPOTrainer does with a peft model (no reference copy).
 Precision "float32" computes in fp32 on both sides. "bfloat16" is mixed precision on both
 sides: our model with compute_dtype bfloat16 (matmuls read bf16 and accumulate in fp32),
 transformers under `torch.autocast("cpu", dtype=torch.bfloat16)`; log-probs in fp32 on both.
@@ -114,15 +119,19 @@ def read_inputs(directory: str) -> tuple[dict[str, np.ndarray], dict]:
     return arrays, json.load(f)
 
 
-def child_jax(checkpoint: str, iters: int, precision: str) -> dict:
+def child_jax(checkpoint: str, iters: int, precision: str, lora_rank: int = 0) -> dict:
   import jax
 
   from spade_jax.model.hf_io import from_pretrained
+  from spade_jax.model.lora_io import with_adapters
   from spade_jax.rl.batch import TrainBatch
   from spade_jax.rl.config import RLConfig
   from spade_jax.rl.trainer import Trainer
 
   model = from_pretrained(checkpoint, dtype="float32", compute_dtype=precision)
+  if lora_rank:
+    model = with_adapters(model, model.cfg.replace(lora_rank=lora_rank,
+                                                   lora_alpha=2.0 * lora_rank), seed=0)
   x, rl = read_inputs(checkpoint)
   batch = TrainBatch(tokens=x["tokens"], attention_mask=np.ones_like(x["tokens"]),
                      loss_mask=x["loss_mask"], behaviour_logprobs=x["behaviour_logprobs"],
@@ -187,7 +196,7 @@ def frozen_copy(model):
 class TorchGRPOStep:
   """One GRPO update of a transformers model with the settings of an RLConfig dict."""
 
-  def __init__(self, model, rl: dict):
+  def __init__(self, model, rl: dict, *, peft_model: bool = False):
     import torch
 
     supported = dict(kl_estimator="k3", loss_agg="token_mean", schedule="constant",
@@ -197,7 +206,9 @@ class TorchGRPOStep:
     if wrong:
       raise ValueError(f"TorchGRPOStep supports only {supported}; got {wrong}")
     self.model, self.rl = model, rl
-    self.ref = frozen_copy(model) if rl["beta"] > 0 else None
+    # A peft model's reference is its base: the same model with the adapters disabled.
+    self.ref = None if rl["beta"] == 0 else model if peft_model else frozen_copy(model)
+    self.ref_context = model.disable_adapter if peft_model else contextlib.nullcontext
     params = [p for p in model.parameters() if p.requires_grad]
     # Weight decay on matrices only, as our optimiser (rl/optim.py).
     groups = [{"params": [p for p in params if p.ndim >= 2], "weight_decay": rl["weight_decay"]},
@@ -217,7 +228,7 @@ class TorchGRPOStep:
     with autocast:
       ref_logp = None
       if self.ref is not None:
-        with torch.no_grad():
+        with torch.no_grad(), self.ref_context():
           ref_logp, _ = torch_token_logprobs(self.ref, ids, completion)
       logp, entropy = torch_token_logprobs(self.model, ids, completion)
       loss, kl = torch_grpo_loss(logp, behaviour_logp, ref_logp, advantages, mask,
@@ -241,18 +252,24 @@ def torch_step_inputs(x: dict[str, np.ndarray], prompt: int) -> tuple:
           torch.from_numpy(x["advantages"]), torch.from_numpy(x["loss_mask"][:, prompt:]))
 
 
-def child_torch(checkpoint: str, iters: int, precision: str) -> dict:
+def child_torch(checkpoint: str, iters: int, precision: str, lora_rank: int = 0) -> dict:
   import torch
   import transformers
 
   torch.set_num_threads(os.cpu_count() or 1)
   model = transformers.AutoModelForCausalLM.from_pretrained(checkpoint, dtype=torch.float32)
+  if lora_rank:
+    import peft
+
+    model = peft.get_peft_model(model, peft.LoraConfig(
+        r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0, target_modules=[
+            "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
   model.train()
   x, rl = read_inputs(checkpoint)
   inputs = torch_step_inputs(x, PROMPT)
   out = {}
   for beta, key in ((rl["beta"], "tok_s"), (0.0, "no_ref_tok_s")):
-    step = TorchGRPOStep(model, {**rl, "beta": beta})
+    step = TorchGRPOStep(model, {**rl, "beta": beta}, peft_model=bool(lora_rank))
     _, seconds = _best_time(lambda step=step: step(*inputs, precision), iters)
     out[key] = x["tokens"].size / seconds
     if beta:
@@ -261,9 +278,11 @@ def child_torch(checkpoint: str, iters: int, precision: str) -> dict:
   return out
 
 
-def _run_child(kind: str, checkpoint: str, iters: int, precision: str) -> dict:
+def _run_child(kind: str, checkpoint: str, iters: int, precision: str,
+               lora_rank: int = 0) -> dict:
   out = subprocess.run([sys.executable, __file__, "--child", kind, "--checkpoint", checkpoint,
-                        "--iters", str(iters), "--precisions", precision],
+                        "--iters", str(iters), "--precisions", precision,
+                        "--lora-rank", str(lora_rank)],
                        capture_output=True, text=True, check=False, cwd=ROOT)
   if out.returncode:
     raise RuntimeError(f"{kind} child failed:\n{out.stderr[-3000:]}")
@@ -294,12 +313,12 @@ def _gflop_s(tok_s: float, forward_flops: float | None, forwards: int) -> float 
 
 
 def _compare(path: str, iters: int, rounds: int, precision: str,
-             flops: tuple[float | None, float | None]) -> dict:
+             flops: tuple[float | None, float | None], lora_rank: int = 0) -> dict:
   """Both children at one precision, alternated `rounds` times; the figures of the pair."""
   jax_r, torch_r = {}, {}
   for _ in range(rounds):
-    jax_r = _best(jax_r, _run_child("jax", path, iters, precision))
-    torch_r = _best(torch_r, _run_child("torch", path, iters, precision))
+    jax_r = _best(jax_r, _run_child("jax", path, iters, precision, lora_rank))
+    torch_r = _best(torch_r, _run_child("torch", path, iters, precision, lora_rank))
   return {"jax_tok_s": round(jax_r["tok_s"], 1), "jax_compile_s": round(jax_r["compile_s"], 1),
           "jax_peak_rss_mb": round(jax_r["peak_rss_mb"]),
           "jax_no_ref_tok_s": round(jax_r["no_ref_tok_s"], 1),
@@ -322,10 +341,11 @@ def main() -> None:
   parser.add_argument("--precisions", default="float32,bfloat16")
   parser.add_argument("--child", choices=("jax", "torch"))
   parser.add_argument("--checkpoint")
+  parser.add_argument("--lora-rank", type=int, default=0, help="0: full weights train")
   args = parser.parse_args()
   if args.child:
     fn = child_jax if args.child == "jax" else child_torch
-    print(json.dumps(fn(args.checkpoint, args.iters, args.precisions)))
+    print(json.dumps(fn(args.checkpoint, args.iters, args.precisions, args.lora_rank)))
     return
 
   from flax import nnx
@@ -338,7 +358,7 @@ def main() -> None:
   if unknown:
     parser.error(f"--precisions {unknown}: expected names from {PRECISIONS}")
   result = {"batch": BATCH, "seq": SEQ, "param_dtype": "float32", "cpu_count": os.cpu_count(),
-            "rounds": args.rounds}
+            "rounds": args.rounds, "lora_rank": args.lora_rank}
   with tempfile.TemporaryDirectory() as tmp:
     for name in args.presets.split(","):
       path = os.path.join(tmp, name)
@@ -349,7 +369,7 @@ def main() -> None:
                _forward_flops_per_token(cfg, (SEQ - PROMPT + 1) / SEQ))
       result[name] = {}
       for p in precisions:
-        result[name][p] = _compare(path, args.iters, args.rounds, p, flops)
+        result[name][p] = _compare(path, args.iters, args.rounds, p, flops, args.lora_rank)
         print(json.dumps({name: {p: result[name][p]}}), file=sys.stderr, flush=True)  # progress
   print(json.dumps(result))
 

@@ -59,6 +59,11 @@ def base_config() -> ConfigDict:
   c.model.remat = model.remat
   # Training attention kernel: "auto" (by platform), "blocked", "xla", "cudnn", "pallas_tpu".
   c.model.attention_impl = model.attention_impl
+  # LoRA (spade_jax/model/lora.py): rank 0 = off (full weights train); alpha / rank scales the
+  # update; targets are fnmatch patterns over q/k/v/o_proj and gate/up/down_proj.
+  c.model.lora_rank = model.lora_rank
+  c.model.lora_alpha = model.lora_alpha
+  c.model.lora_targets = model.lora_targets
   c.tokenizer = "tiny"  # "tiny" (bundled SentencePiece) or a dir / hub id with tokenizer.json
   c.mesh = {"data": 1, "fsdp": -1, "tensor": 1, "expert": 1}  # -1 takes the remaining devices
   c.selfplay = ConfigDict()
@@ -215,7 +220,9 @@ def _check_model(config: ConfigDict) -> None:
   _require(m.preset in PRESETS, "model.preset", m.preset, f"one of {sorted(PRESETS)}")
   try:  # the model's own struct checks dtypes, the remat policy and the attention kernel
     PRESETS[m.preset].replace(param_dtype=m.param_dtype, compute_dtype=m.compute_dtype,
-                              remat=m.remat, attention_impl=m.attention_impl)
+                              remat=m.remat, attention_impl=m.attention_impl,
+                              lora_rank=m.lora_rank, lora_alpha=m.lora_alpha,
+                              lora_targets=tuple(m.lora_targets))
   except (ValueError, TypeError) as err:
     raise ConfigError(f"config.model: {err}") from None
   if m.checkpoint:

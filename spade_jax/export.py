@@ -1,6 +1,8 @@
 """The learned curriculum as data: one JSON line per environment a run ever admitted.
 
   python -m spade_jax.export --workdir RUN [--step N] --out curriculum.jsonl
+  python -m spade_jax.export --workdir RUN [--step N] --adapter OUT  (LoRA runs: PEFT adapter)
+  python -m spade_jax.export --workdir RUN [--step N] --merged OUT   (Hugging Face checkpoint)
 
 reads <workdir>/curriculum.jsonl (written every step by the run, `metrics/curriculum_log.py`)
 up to step N (default: the last) and writes, per environment, in order of first play:
@@ -33,6 +35,7 @@ from collections.abc import Sequence
 from spade_jax import storage
 from spade_jax.envs.difficulty import declared_levels
 from spade_jax.metrics.curriculum_log import LOG_NAME, read_steps
+from spade_jax.model.lora_export import export_weights
 from spade_jax.selfplay.record import ARMS
 
 _DESIGNED_UID = re.compile(r"^d(\d+)\.\d+$")
@@ -100,10 +103,19 @@ def main(argv: Sequence[str] | None = None) -> None:
                                    description=__doc__.splitlines()[0])
   parser.add_argument("--workdir", required=True)
   parser.add_argument("--step", type=int, default=None, help="last step to include")
-  parser.add_argument("--out", required=True)
+  parser.add_argument("--out", help="curriculum JSONL to write")
+  parser.add_argument("--adapter", help="directory for the LoRA adapter (PEFT format)")
+  parser.add_argument("--merged", help="directory for a Hugging Face checkpoint, adapters merged")
   args = parser.parse_args(argv)
-  n = export(args.workdir, args.out, args.step)
-  print(f"{args.out}: {n} environments")
+  if not (args.out or args.adapter or args.merged):
+    parser.error("nothing to export: give --out, --adapter and / or --merged")
+  if args.out:
+    n = export(args.workdir, args.out, args.step)
+    print(f"{args.out}: {n} environments")
+  if args.adapter or args.merged:
+    for path in export_weights(args.workdir, step=args.step, adapter=args.adapter,
+                               merged_dir=args.merged):
+      print(f"{path}: written")
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
-from spade_jax.model import Qwen3, get_preset
+from spade_jax.model import Qwen3, get_preset, lora
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
 from spade_jax.selfplay.settings import SelfPlaySettings
@@ -67,14 +67,30 @@ def _bytes(dtype: str) -> int:
 
 @functools.cache
 def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
-  """(total, active per token) parameters, from the abstract model (nothing allocated)."""
-  state = nnx.state(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))), nnx.Param)
-  total = sum(math.prod(x.shape) for x in jax.tree.leaves(state))
+  """(total, active per token) parameters, from the abstract model (nothing allocated);
+  LoRA adapters count in both."""
+  total = _count(cfg, nnx.Param)
   if not cfg.is_moe:
     return total, total
   moe_layers = sum(cfg.is_moe_layer(i) for i in range(cfg.num_layers))
   idle = cfg.num_experts - cfg.num_experts_per_tok
   return total, total - moe_layers * idle * 3 * cfg.hidden_size * cfg.moe_intermediate_size
+
+
+@functools.cache
+def trained_count(cfg: ModelConfig) -> int:
+  """Parameters the optimiser updates: all of them, or (LoRA) only the adapters."""
+  return _count(cfg, lora.trainable(cfg))
+
+
+@functools.cache
+def _abstract_model(cfg: ModelConfig) -> Qwen3:
+  return nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)))
+
+
+def _count(cfg: ModelConfig, which) -> int:
+  state = nnx.state(_abstract_model(cfg), which)
+  return sum(math.prod(x.shape) for x in jax.tree.leaves(state))
 
 
 def attention_pairs(t: int) -> int:
@@ -98,6 +114,7 @@ def layer_activation_bytes(cfg: ModelConfig, t: int) -> int:
   mlp = (4 * cfg.num_experts_per_tok * cfg.moe_intermediate_size + cfg.num_experts
          if cfg.is_moe else 4 * cfg.intermediate_size)
   per_token = c * (6 * d + 4 * (cfg.num_heads + 2 * cfg.num_kv_heads) * hd + mlp)
+  per_token += c * cfg.lora_rank * len(lora.target_names(cfg)) if cfg.lora_rank else 0  # x A
   group = cfg.num_heads // cfg.num_kv_heads
   return t * per_token + 4 * (cfg.num_heads + group) * attention_pairs(t)
 
@@ -125,8 +142,11 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   """The step's memory per chip: `rows` x `t` tokens in micro-batches of `micro_batch` rows
   split over `dp` chips, logits at `loss_positions` positions a row, parameters split
   `model_shards` ways; float32 gradients (the running sum and one micro-batch's). With
-  `logprob_chunk` (config.rl.logprob_remat) only one chunk's logits are live at a time."""
+  `logprob_chunk` (config.rl.logprob_remat) only one chunk's logits are live at a time.
+  With LoRA the optimiser state and gradients are the adapters' and the reference is the
+  base itself (no copy)."""
   total, _ = parameter_counts(cfg)
+  trained = trained_count(cfg)
   p = _bytes(cfg.param_dtype)
   r = -(-micro_batch // dp)  # rows of one micro-batch on one chip
   layer = layer_activation_bytes(cfg, t)
@@ -136,9 +156,9 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   inputs = cfg.num_layers * r * t * cfg.hidden_size * _bytes(cfg.compute_dtype)
   padded_rows = -(-rows // micro_batch) * micro_batch
   return TrainMemory(
-      params=total * p // model_shards, opt_state=2 * total * p // model_shards,
-      reference=total * p // model_shards if beta > 0 else 0,
-      grads=2 * total * 4 // model_shards,
+      params=total * p // model_shards, opt_state=2 * trained * p // model_shards,
+      reference=total * p // model_shards if beta > 0 and not cfg.lora_rank else 0,
+      grads=2 * trained * 4 // model_shards,
       batch=padded_rows * (5 * t + loss_positions) * 4 // dp,  # five [rows, T] + positions
       activations=cfg.num_layers * r * layer + logits,
       activations_remat=inputs + r * layer + logits)
@@ -154,6 +174,8 @@ class Plan:
   rollout_flops: float
   train_flops: float
   peak_flops: float
+  lora_rank: int = 0
+  trained: int = 0  # parameters the optimiser updates
 
   def total(self, remat: bool) -> int:
     acts = self.train.activations_remat if remat else self.train.activations
@@ -166,7 +188,8 @@ class Plan:
 def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024) -> Plan:
   """The plan of `config` on `chips` chips (formulas: docs/plan.md)."""
   cfg = get_preset(config.model.preset).replace(param_dtype=str(config.model.param_dtype),
-                                                compute_dtype=str(config.model.compute_dtype))
+                                                compute_dtype=str(config.model.compute_dtype),
+                                                **lora.config_fields(config.model))
   s = SelfPlaySettings.from_config(config)
   mesh = {a: int(v) for a, v in dict(config.mesh).items()}
   fixed = math.prod(v for v in mesh.values() if v != -1)
@@ -191,18 +214,22 @@ def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024)
   designer_tokens = -(-s.num_envs // s.k) * (prompt_tokens + s.designer_sampling.max_new_tokens)
   # Forward FLOPs per token: 2 per active parameter plus causal attention over ~t/2 keys.
   per_token = 2 * active + 4 * cfg.num_layers * cfg.num_heads * cfg.head_dim * t / 2
-  passes = 3 + (1 if beta > 0 else 0) + (1 if cfg.remat != "none" else 0)
+  # Forward, input gradients, weight gradients (none for a frozen LoRA base), reference.
+  passes = (2 if cfg.lora_rank else 3) + (1 if beta > 0 else 0) + (cfg.remat != "none")
   return Plan(chips=chips, micro_batch=micro_batch, hbm_bytes=chip.hbm_bytes, train=train,
               kv_cache=kv,
               rollout_flops=(agent_tokens + designer_tokens) * per_token,
-              train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops)
+              train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops,
+              lora_rank=cfg.lora_rank, trained=trained_count(cfg))
 
 
 def report(plan: Plan, name: str, mfu: float) -> str:
   g = lambda n: f"{n / GIB:8.2f} GiB"
   lines = [f"{name}: {plan.chips} chips, {plan.hbm_bytes / GIB:.0f} GiB HBM each; micro-batch "
            f"{plan.micro_batch} rows (per chip):",
-           f"  parameters              {g(plan.train.params)}",
+           f"  parameters              {g(plan.train.params)}"
+           + (f"  (LoRA rank {plan.lora_rank}: {plan.trained:,} trained)" if plan.lora_rank
+              else ""),
            f"  optimiser state (Adam)  {g(plan.train.opt_state)}",
            f"  reference policy        {g(plan.train.reference)}",
            f"  gradients (sum + micro) {g(plan.train.grads)}",

@@ -36,9 +36,10 @@ from spade_jax.eval.generate import Generator
 from spade_jax.eval.settings import EvalSettings
 from spade_jax.metrics.logger import StepLogger
 from spade_jax.metrics.settings import MetricsSettings
-from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh
+from spade_jax.model import Qwen3, create_sharded, get_preset, lora, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import RUN_CONFIG_FILE, load_model
+from spade_jax.model.lora_io import with_adapters
 from spade_jax.multihost import JaxExchange, PeerLost, lost_peer
 from spade_jax.preemption import Preempted, StopRequests
 from spade_jax.rl.trainer import Trainer
@@ -59,7 +60,7 @@ def build_model(config: Any, mesh):
   m = config.model
   param_dtype = str(m.param_dtype)
   static = dict(compute_dtype=str(m.compute_dtype), attention_impl=str(m.attention_impl),
-                remat=str(m.remat))  # static in the module graph
+                remat=str(m.remat), **lora.config_fields(m))  # static in the module graph
   resolve_attention_impl(static["attention_impl"], static["compute_dtype"])
   if not m.checkpoint:
     cfg = get_preset(m.preset).replace(param_dtype=param_dtype, **static)
@@ -68,6 +69,8 @@ def build_model(config: Any, mesh):
   cfg = model.cfg.replace(**static)
   if cfg == model.cfg:
     return model
+  if cfg.lora_rank:  # fresh adapters on the loaded base (the same as at random init)
+    return with_adapters(model, cfg, int(config.seed), mesh)
   # Re-merge the loaded weights into a graph built for the requested static settings (no
   # copy of the parameters).
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]

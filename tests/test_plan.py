@@ -13,40 +13,51 @@ import time
 
 import numpy as np
 import pytest
+from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
 from spade_jax.model import Qwen3, get_preset
-from spade_jax.plan import parse_topology, train_memory
+from spade_jax.plan import make_plan, parse_topology, train_memory
 from spade_jax.rl.batch import AGENT, TrainBatch
 from spade_jax.rl.trainer import Trainer
 
 ROWS, MICRO_BATCH, T = 8, 2, 512
 
 
-def _batch(vocab):
+def _batch(vocab, rows=ROWS, t=T):
   rng = np.random.default_rng(0)
-  loss = np.zeros((ROWS, T), np.float32)
-  loss[:, T // 4:] = 1  # 3/4 of each row is sampled: logits at those positions
-  return TrainBatch(rng.integers(1, vocab, (ROWS, T)).astype(np.int32),
-                    np.ones((ROWS, T), np.int32), loss,
+  loss = np.zeros((rows, t), np.float32)
+  loss[:, t // 4:] = 1  # 3/4 of each row is sampled: logits at those positions
+  return TrainBatch(rng.integers(1, vocab, (rows, t)).astype(np.int32),
+                    np.ones((rows, t), np.int32), loss,
                     np.where(loss > 0, -5.0, 0.0).astype(np.float32),
-                    rng.random(ROWS).astype(np.float32),
-                    np.arange(ROWS, dtype=np.int32) // 2, np.full(ROWS, AGENT, np.int32))
+                    rng.random(rows).astype(np.float32),
+                    np.arange(rows, dtype=np.int32) // 2, np.full(rows, AGENT, np.int32))
+
+
+def _check_against_compiled(cfg, rows: int = ROWS, t: int = T):
+  trainer = Trainer(dict(micro_batch_size=MICRO_BATCH, beta=0.04), Qwen3(cfg, rngs=nnx.Rngs(0)))
+  m = trainer.compiled_step(_batch(cfg.vocab_size, rows, t)).memory_analysis()
+  measured = (m.argument_size_in_bytes + m.temp_size_in_bytes + m.output_size_in_bytes
+              - m.alias_size_in_bytes)
+  plan = train_memory(cfg, rows=rows, micro_batch=MICRO_BATCH, t=t,
+                      loss_positions=3 * t // 4, beta=0.04)
+  predicted = plan.total - plan.activations + (plan.activations_remat if cfg.remat == "full"
+                                               else plan.activations)
+  assert abs(predicted / measured - 1) < 0.10, (predicted, measured, plan)
+  return plan
 
 
 @pytest.mark.parametrize("remat", ["none", "full"])
 def test_train_memory_matches_the_compiled_step(remat):
-  cfg = get_preset("tiny", remat=remat)
-  trainer = Trainer(dict(micro_batch_size=MICRO_BATCH, beta=0.04), Qwen3(cfg, rngs=nnx.Rngs(0)))
-  m = trainer.compiled_step(_batch(cfg.vocab_size)).memory_analysis()
-  measured = (m.argument_size_in_bytes + m.temp_size_in_bytes + m.output_size_in_bytes
-              - m.alias_size_in_bytes)
-  plan = train_memory(cfg, rows=ROWS, micro_batch=MICRO_BATCH, t=T,
-                      loss_positions=3 * T // 4, beta=0.04)
-  predicted = plan.total - plan.activations + (plan.activations_remat if remat == "full"
-                                               else plan.activations)
-  assert abs(predicted / measured - 1) < 0.10, (predicted, measured, plan)
+  _check_against_compiled(get_preset("tiny", remat=remat))
+
+
+def test_lora_train_memory_matches_the_compiled_step():
+  """Optimiser state and gradients of the adapters only, no reference copy."""
+  plan = _check_against_compiled(get_preset("tiny", remat="none", lora_rank=8))
+  assert plan.reference == 0 and plan.opt_state < plan.params / 3  # full weights: 2x
 
 
 def test_topologies():
@@ -72,3 +83,14 @@ def test_command_runs_in_seconds_without_allocating_the_model():
   peak_rss_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024 ** 2
   assert peak_rss_gib < 3, peak_rss_gib
   assert wall < 120, wall  # seconds on an idle core; the margin is for a shared machine
+
+
+def test_games_lora_fits_qwen3_4b_on_a_v5e_8_where_full_weights_do_not():
+  config, _ = config_schema.parse_config_args(["plan", "--config", "games_lora.py"],
+                                              flags.FlagValues())
+  chip, chips = parse_topology("v5e-8")
+  plan = make_plan(config, chip, chips)
+  assert plan.lora_rank == 16 and plan.train.reference == 0
+  assert plan.total(remat=True) <= chip.hbm_bytes
+  config.model.lora_rank, config.model.param_dtype = 0, "float32"
+  assert make_plan(config, chip, chips).total(remat=True) > chip.hbm_bytes

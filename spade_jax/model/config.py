@@ -8,6 +8,7 @@ that `hf_io` maps them one to one.
 from __future__ import annotations
 
 import dataclasses
+import fnmatch
 from typing import Any
 
 import jax
@@ -30,6 +31,15 @@ def resolve_remat(name: str, platform: str | None = None) -> str:
   if name != "auto":
     return name
   return REMAT_AUTO.get(jax.default_backend() if platform is None else platform, "none")
+
+
+# Projections a LoRA adapter may target (Hugging Face module names; model/lora.py).
+LORA_TARGETABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def lora_target_names(patterns: tuple[str, ...]) -> tuple[str, ...]:
+  """The projections of LORA_TARGETABLE that any of the fnmatch `patterns` selects."""
+  return tuple(n for n in LORA_TARGETABLE if any(fnmatch.fnmatch(n, p) for p in patterns))
 
 
 # Uncached attention kernels (attention_impl.py): "auto" picks one for the platform.
@@ -63,6 +73,11 @@ class ModelConfig:
   compute_dtype: str = "float32"
   remat: str = "auto"  # key of REMAT_POLICIES, or "auto" (REMAT_AUTO by platform)
   attention_impl: str = "auto"  # one of ATTENTION_IMPLS
+  # LoRA (model/lora.py): rank 0 = no adapters, the full weights train; alpha / rank scales
+  # the update; targets are fnmatch patterns over LORA_TARGETABLE (e.g. ("*_proj",)).
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_targets: tuple[str, ...] = LORA_TARGETABLE
 
   def __post_init__(self):
     for name in ("vocab_size", "hidden_size", "num_layers", "num_heads", "num_kv_heads",
@@ -94,6 +109,12 @@ class ModelConfig:
     if self.attention_impl not in ATTENTION_IMPLS:
       raise ValueError(f"ModelConfig.attention_impl={self.attention_impl!r}; expected one of "
                        f"{ATTENTION_IMPLS}")
+    if self.lora_rank < 0 or (self.lora_rank and not self.lora_alpha > 0):
+      raise ValueError(f"ModelConfig.lora_rank={self.lora_rank} must be >= 0 (0 = off) and "
+                       f"lora_alpha={self.lora_alpha} > 0")
+    if self.lora_rank and not lora_target_names(self.lora_targets):
+      raise ValueError(f"ModelConfig.lora_targets={self.lora_targets} match none of "
+                       f"{LORA_TARGETABLE}")
     for name in ("param_dtype", "compute_dtype"):
       value = getattr(self, name)
       try:

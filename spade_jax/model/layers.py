@@ -53,6 +53,7 @@ class Einsum(nnx.Module):
     self.compute_dtype = compute_dtype
     self.out_dtype = out_dtype  # e.g. fp32 logits from bf16 inputs (fp32 accumulation)
     self.kernel = normal_param(rngs, shape, axes, param_dtype)
+    self.lora = nnx.data(None)  # a model/lora.py adapter, when LoRA targets this projection
 
   def __call__(self, x: jax.Array) -> jax.Array:
     if not self.matmul:
@@ -64,6 +65,8 @@ class Einsum(nnx.Module):
     y = matmul(x.reshape(x.shape[0] * x.shape[1], -1),
                kernel.reshape(math.prod(kernel.shape[:c]), -1),
                compute_dtype=self.compute_dtype, out_dtype=self.out_dtype)  # [B*T, rest]
+    if self.lora is not None:
+      y = y + self.lora(x.reshape(x.shape[0] * x.shape[1], -1), y.dtype)
     return y.reshape(*x.shape[:2], *kernel.shape[c:])
 
 

@@ -25,7 +25,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from spade_jax import storage
-from spade_jax.model import integrity
+from spade_jax.model import integrity, lora, lora_io
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.hf_config import CheckpointError, CheckpointFileNotFoundError
 from spade_jax.model.hf_io import from_pretrained
@@ -86,7 +86,7 @@ def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",
   if dtype is not None:
     cfg = cfg.replace(param_dtype=dtype, compute_dtype=dtype)
   graphdef, abstract, rest = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))),
-                                       nnx.Param, ...)
+                                       lora.trainable(cfg), ...)
   if mesh is not None:
     shardings = state_shardings(abstract, mesh)
   else:
@@ -94,7 +94,10 @@ def load_model(path: str | os.PathLike[str], dtype: str | None = "float32",
     shardings = jax.tree.map(lambda _: device, abstract)
   target = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                         abstract, shardings)
-  return nnx.merge(graphdef, _restore_params(ckpt_dir, step_dir, target), rest)
+  params = _restore_params(ckpt_dir, step_dir, target)
+  if cfg.lora_rank:  # the checkpoint holds the adapters; the base comes from its record
+    rest = nnx.state(lora_io.load_base(ckpt_dir, cfg, load_model, mesh))
+  return nnx.merge(graphdef, params, rest)
 
 
 def _restore_params(ckpt_dir: epath.Path, step_dir: epath.Path | None, target):

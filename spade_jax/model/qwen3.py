@@ -16,6 +16,7 @@ from spade_jax.model.attention_impl import resolve_attention_impl, self_mask
 from spade_jax.model.config import REMAT_POLICIES, ModelConfig, resolve_remat
 from spade_jax.model.kv_cache import KVCache, Rows, read_window, row_ids, write_entries
 from spade_jax.model.layers import Einsum, Embed, RMSNorm, rope_cos_sin
+from spade_jax.model.lora import add_adapters
 from spade_jax.model.moe import MoEBlock
 from spade_jax.model.sharding import constrain
 
@@ -95,6 +96,8 @@ class Qwen3(nnx.Module):
     if not cfg.tie_word_embeddings:
       self.lm_head = Einsum("btd,dv->btv", (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"),
                             param_dtype=pd, compute_dtype=cd, out_dtype=jnp.float32, rngs=rngs)
+    if cfg.lora_rank > 0:  # after the base weights: the same seed gives the same base
+      add_adapters(self, cfg, rngs)
 
   def __call__(self, input_ids, positions=None, attention_mask=None, segment_ids=None,
                cache: KVCache | None = None):

@@ -87,7 +87,9 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
 
   def body(carry, mb):
     grads, sums = carry
-    ref_logp = (reference_logprobs(ref_params, rest, mb, graphdef=graphdef, cfg=cfg)
+    # ref_params None (LoRA): the reference is the base, i.e. the adapters set to zero.
+    ref = jax.tree.map(jnp.zeros_like, params) if ref_params is None else ref_params
+    ref_logp = (reference_logprobs(ref, rest, mb, graphdef=graphdef, cfg=cfg)
                 if cfg.beta > 0 else None)
     (_, mb_sums), mb_grads = jax.value_and_grad(_micro_loss, has_aux=True)(
         params, ref_logp, rest, mb, graphdef=graphdef, cfg=cfg)

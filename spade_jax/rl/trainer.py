@@ -32,6 +32,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from spade_jax import storage
+from spade_jax.model import lora, lora_io
 from spade_jax.model.load import write_model_config
 from spade_jax.model.sharding import state_shardings
 from spade_jax.rl.advantages import ROLE_NAMES, compute_advantages
@@ -58,10 +59,14 @@ class Trainer:
     self.step = 0
     self._rng = jax.random.key_data(jax.random.key(seed))
     self._schedule = learning_rate_schedule(self.cfg)
-    graphdef, params, self._rest = nnx.split(model, nnx.Param, ...)
+    # With LoRA only the adapters train; the frozen base weights travel in `_rest`.
+    self._trainable = lora.trainable(model.cfg)
+    self._base = lora.base_fingerprint(model) if model.cfg.lora_rank else None
+    graphdef, params, self._rest = nnx.split(model, self._trainable, ...)
     self._dp = 1
     if mesh is not None:
       params = jax.device_put(params, state_shardings(params, mesh))
+      self._rest = jax.device_put(self._rest, state_shardings(self._rest, mesh))
       self._dp = int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
     else:
       self._device = _first_device(params)
@@ -70,14 +75,16 @@ class Trainer:
     if self.cfg.micro_batch_size % self._dp:
       raise ValueError(f"config.rl.micro_batch_size={self.cfg.micro_batch_size} must be a "
                        f"multiple of the mesh's data x fsdp size {self._dp}")
+    # The KL reference: a frozen copy of the weights, or (LoRA) the base with adapters off.
+    separate_ref = self.cfg.beta > 0 and not model.cfg.lora_rank
     key = (graphdef, self.cfg, mesh)
     if key not in _COMPILED:
-      _COMPILED[key] = _compile(graphdef, self.cfg, mesh, params, self._rest)
+      _COMPILED[key] = _compile(graphdef, self.cfg, mesh, params, self._rest, separate_ref)
     self._fns = _COMPILED[key]
     with self._mesh_ctx():
       self.opt_state = self._placed(self._fns.init(params))
       # The reference is a separate frozen copy (the policy's buffers are donated each step).
-      self.ref_params = self._placed(self._fns.copy(params)) if self.cfg.beta > 0 else None
+      self.ref_params = self._placed(self._fns.copy(params)) if separate_ref else None
 
   @classmethod
   def from_config(cls, config: Any, model: nnx.Module, mesh: Mesh | None = None,
@@ -94,12 +101,21 @@ class Trainer:
       checkpoints = CheckpointManager(
           storage.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
           keep=int(config.train.keep_checkpoints))
-    return cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
+    trainer = cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
+    if checkpoints is not None and model.cfg.lora_rank:  # what `load_model` rebuilds it on
+      lora_io.write_base_record(checkpoints.directory, model, checkpoint=config.model.checkpoint,
+                                preset=config.model.preset, seed=int(config.seed))
+    return trainer
 
   @property
   def params(self) -> nnx.State:
     """The policy's current parameter state (live device buffers, no copy)."""
     return nnx.state(self.policy, nnx.Param)
+
+  @property
+  def trained_params(self) -> nnx.State:
+    """The parameters the optimiser updates: all of them, or only the LoRA adapters."""
+    return nnx.state(self.policy, self._trainable)
 
   def next_rng(self) -> jax.Array:
     """A fresh PRNG key for the caller (e.g. rollout seeds); the state is checkpointed."""
@@ -114,7 +130,7 @@ class Trainer:
       if self.mesh is not None:
         arrays = jax.device_put(arrays, self._fns.batch_sharding)
       params, self.opt_state, metrics = self._fns.step(
-          self.params, self.opt_state, self.ref_params, self._rest, arrays)
+          self.trained_params, self.opt_state, self.ref_params, self._rest, arrays)
     nnx.update(self.policy, params)
     metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
     for role in ROLE_NAMES.values():  # a role without rows this step reports nothing
@@ -128,7 +144,7 @@ class Trainer:
     """The update compiled for `batch`'s shapes and not run (e.g. for `.memory_analysis()`)."""
     arrays, _ = self._step_inputs(batch)
     with self._mesh_ctx():
-      return self._fns.step.lower(self.params, self.opt_state, self.ref_params, self._rest,
+      return self._fns.step.lower(self.trained_params, self.opt_state, self.ref_params, self._rest,
                                   arrays).compile()
 
   def _step_inputs(self, batch: TrainBatch) -> tuple[dict[str, np.ndarray], dict[str, float]]:
@@ -150,23 +166,26 @@ class Trainer:
     """Saves (async) at the current step if the interval says so; needs a manager."""
     if self.checkpoints is None:
       raise ValueError("Trainer has no CheckpointManager (pass checkpoints= or a workdir)")
-    return self.checkpoints.save(self.step, self.params, self.opt_state, self._rng,
+    host_state = lora.tag_host_state(host_state, self._base)
+    return self.checkpoints.save(self.step, self.trained_params, self.opt_state, self._rng,
                                  host_state, force=force)
 
   def restore(self) -> dict | None:
     """Resumes from the newest restorable checkpoint; returns its host state (None: fresh)."""
     if self.checkpoints is None:
       raise ValueError("Trainer has no CheckpointManager (pass checkpoints= or a workdir)")
-    restored = self.checkpoints.restore_latest(abstract_like(self.params),
+    restored = self.checkpoints.restore_latest(abstract_like(self.trained_params),
                                                abstract_like(self.opt_state))
     if restored is None:
       return None
+    host_state = lora.check_host_state(restored.host_state, self._base,
+                                       self.checkpoints.directory / str(restored.step))
     nnx.update(self.policy, self._placed(restored.params))
     self.opt_state = self._placed(restored.opt_state)
     self.step = restored.step
     if restored.rng is not None:
       self._rng = jnp.asarray(restored.rng)
-    return restored.host_state
+    return host_state
 
   def close(self) -> None:
     """Waits for pending checkpoint writes."""
@@ -213,7 +232,8 @@ def _first_device(tree) -> jax.Device:
   return next(iter(jax.tree.leaves(tree)[0].devices()))
 
 
-def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
+def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest,
+             separate_ref: bool) -> _Fns:
   tx = make_optimizer(cfg)
   step_fn = functools.partial(train_step, graphdef=graphdef, tx=tx, cfg=cfg)
   copy = functools.partial(jax.tree.map, jnp.copy)
@@ -223,7 +243,7 @@ def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest) -> _Fns:
     return _Fns(jax.jit(tx.init), jax.jit(copy), step, None)
   replicated, batch_sh, param_sh, opt_sh = step_shardings(tx, mesh, params)
   step = jax.jit(step_fn, donate_argnums=(0, 1),
-                 in_shardings=(param_sh, opt_sh, param_sh if cfg.beta > 0 else None,
+                 in_shardings=(param_sh, opt_sh, param_sh if separate_ref else None,
                                jax.tree.map(lambda x: x.sharding, rest), batch_sh),
                  out_shardings=(param_sh, opt_sh, replicated), compiler_options=options)
   return _Fns(jax.jit(tx.init, out_shardings=opt_sh), jax.jit(copy, out_shardings=param_sh),

@@ -1,0 +1,71 @@
+"""A LoRA run's adapters through `python -m spade_jax.export --adapter / --merged`: peft and
+transformers load them onto the Hugging Face base and give our logits (fp32)."""
+
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import peft
+import pytest
+import torch
+import transformers
+from flax import nnx
+
+sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1]))
+from hf_random import randomize  # noqa: E402
+
+from spade_jax import export  # noqa: E402
+from spade_jax.config_schema import base_config  # noqa: E402
+from spade_jax.model.hf_config import CheckpointError  # noqa: E402
+from spade_jax.model.load import load_model  # noqa: E402
+from spade_jax.model.lora import LoRAParam  # noqa: E402
+from spade_jax.rl.trainer import Trainer  # noqa: E402
+from spade_jax.run import build_model  # noqa: E402
+
+TOL = 1e-4
+IDS = np.random.RandomState(0).randint(0, 96, size=(2, 11))
+HF = dict(vocab_size=96, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+          num_key_value_heads=2, head_dim=8, intermediate_size=48, tie_word_embeddings=False)
+
+
+def _torch_logits(model) -> np.ndarray:
+  with torch.no_grad():
+    return model(torch.tensor(IDS)).logits.float().numpy()
+
+
+def test_peft_and_merged_exports_give_our_logits(tmp_path):
+  base_dir, workdir = tmp_path / "base", tmp_path / "run"
+  torch.manual_seed(0)
+  randomize(transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**HF)), 0).save_pretrained(
+      base_dir)
+  config = base_config()
+  config.model.checkpoint = str(base_dir)
+  config.model.lora_rank, config.model.lora_alpha = 4, 8.0
+  config.model.lora_targets = ("*_proj",)
+  trainer = Trainer.from_config(config, build_model(config, None), None, workdir)
+  rng = np.random.default_rng(0)  # trained-looking adapters: B != 0
+  nnx.update(trainer.policy, jax.tree.map(
+      lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype),
+      nnx.state(trainer.policy, LoRAParam)))
+  trainer.maybe_save(force=True)
+  trainer.close()
+  ours = np.asarray(trainer.policy(jnp.asarray(IDS)))
+  adapter, merged = tmp_path / "adapter", tmp_path / "merged"
+  export.main(["--workdir", str(workdir), "--adapter", str(adapter), "--merged", str(merged)])
+
+  hf_base = transformers.AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+  base_logits = _torch_logits(hf_base)
+  with_adapter = peft.PeftModel.from_pretrained(hf_base, adapter).eval()
+  assert len([n for n, _ in with_adapter.named_modules() if n.endswith("lora_A")]) == 14
+  np.testing.assert_allclose(_torch_logits(with_adapter), ours, atol=TOL, rtol=TOL)
+  assert np.abs(ours - base_logits).max() > 0.1  # the adapters matter
+  full = transformers.AutoModelForCausalLM.from_pretrained(merged, dtype=torch.float32)
+  np.testing.assert_allclose(_torch_logits(full), ours, atol=TOL, rtol=TOL)
+
+  # The adapters are tied to their base: changed base weights are refused, naming the record.
+  randomize(transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**HF)), 1).save_pretrained(
+      base_dir)
+  with pytest.raises(CheckpointError, match=r"lora_base.json: base .* has fingerprint \w+, the "
+                                            r"adapters were trained on \w+"):
+    load_model(workdir)
