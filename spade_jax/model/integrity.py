@@ -127,7 +127,7 @@ def data_files(item_dir: str | os.PathLike) -> dict[str, list[epath.Path]]:
   return {name: sorted(paths) for name, paths in files.items()}
 
 
-def read_error(err: BaseException, files: dict[str, dict[str, list[pathlib.Path]]]) -> str:
+def read_error(err: BaseException, files: dict[str, dict[str, list[epath.Path]]]) -> str:
   """One line for an orbax restore that failed in tensorstore: the array tensorstore names
   (`Error reading "<array>/<chunk>"`, deep in the exception chain, under orbax's spec
   dump), its data files from `files` ({item: data_files(...)}), and tensorstore's reason."""

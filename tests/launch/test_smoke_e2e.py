@@ -235,6 +235,19 @@ def test_the_smoke_curriculum_exports_and_plays_through_gymnasium(smoke_runs, ca
         done = terminated or truncated
 
 
+def test_eval_run_reads_the_checkpoint_from_the_bucket(smoke_runs):
+  workdir = smoke_runs[1]["workdir"]
+  out = f"{workdir}/eval/cli.jsonl"
+  eval_cli.main(["run", "--checkpoint", workdir, "--tokenizer", "tiny", "--suite",
+                 "reasoning_gym", "--limit", "1", "--samples", "1", "--max-new-tokens", "4",
+                 "--num-slots", "2", "--max-cache-len", "512", "--prefill-buckets", "256",
+                 "--out", out, "--quiet"])
+  assert [json.loads(x)["suite"] for x in storage.read_text(out).splitlines()] == [
+      "reasoning_gym"]
+  summary = json.loads(storage.read_text(f"{workdir}/eval/cli.summary.json"))
+  assert summary["checkpoint"] == workdir and summary["suites"]["reasoning_gym"]["n"] == 1
+
+
 def _flip_params(step_dir, start=100, count=64):
   """Flips `count` bytes inside the largest OCDBT data file of the step's parameters."""
   path = max((p for p in storage.files(f"{step_dir}/params") if p.parent.name == "d"),

@@ -33,7 +33,8 @@ def _log(out):
 
 
 def _killed_in_pretraining(out, env):
-  cmd = [sys.executable, "-m", "spade_jax.starter", "build", "--out", str(out), "--size", "ci", "--quiet"]
+  cmd = [sys.executable, "-m", "spade_jax.starter", "build", "--out", str(out), "--size", "ci",
+         "--quiet"]
   proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   deadline = time.time() + 240
   while time.time() < deadline and proc.poll() is None:
