@@ -6,8 +6,8 @@ Behind `python -m spade_jax.export --workdir W [--step N] --adapter OUT --merged
 from __future__ import annotations
 
 import os
-import pathlib
 
+from spade_jax import storage
 from spade_jax.model.hf_io import save_pretrained
 from spade_jax.model.load import load_model
 from spade_jax.model.lora_io import merged, save_peft_adapter
@@ -17,7 +17,7 @@ def export_weights(workdir: str | os.PathLike, *, step: int | None = None,
                    adapter: str | os.PathLike | None = None,
                    merged_dir: str | os.PathLike | None = None) -> list[str]:
   """Writes the adapter (PEFT) and / or the merged checkpoint; returns the paths written."""
-  checkpoints = pathlib.Path(workdir) / "checkpoints"
+  checkpoints = storage.join(workdir, "checkpoints")  # a local directory or gs://
   source = checkpoints if step is None else checkpoints / str(step)
   if not source.is_dir():
     raise FileNotFoundError(f"{source} does not exist: is {os.fspath(workdir)!r} a run's "

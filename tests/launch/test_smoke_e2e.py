@@ -273,8 +273,9 @@ def test_corrupt_newest_checkpoint_falls_back_then_a_lone_corrupt_one_stops(smok
   assert f"checkpoint {workdir}/checkpoints/3 is not usable" in proc.stderr
   assert "checksum mismatch" in proc.stderr and os.path.basename(damaged) in proc.stderr
   assert "going on from step 2" in proc.stderr and "starting at step 3 of 3" in proc.stdout
-  # A handled fault reads as handled: the warning and its source line, nothing else.
-  assert len(_report(proc.stderr)) <= 2, proc.stderr[-5000:]
+  # A handled fault reads as handled, in at most 3 lines: the warning and its source line
+  # (and, on a bucket, at times orbax's note that the quarantined step has no metadata).
+  assert len(_report(proc.stderr)) <= 3, proc.stderr[-5000:]
   last = storage.read_text(f"{workdir}/log.txt").splitlines()[-1]
   assert last.startswith("step 3/3") and "nan" not in last.lower()
   assert storage.isdir(f"{workdir}/checkpoints/3.corrupt")

@@ -3,7 +3,7 @@
 import os
 
 import pytest
-from sandbox_procs import settled_descendants
+from sandbox_procs import descendants, settled_descendants
 
 from spade_jax.sandbox.pool import SandboxPool
 
@@ -21,5 +21,9 @@ def clean_pool(pool):
   """The module pool, checked afterwards to hold only its workers (outer + zygote each)."""
   yield pool
   pool.close_episodes(list(pool._live))
-  left = settled_descendants(os.getpid(), 2 * len(pool._workers))
+  # Processes outside the pool's workers are other fixtures' services (the session's GCS
+  # emulator, when a test of this worker used it): not the pool's to account for.
+  ours = set().union(*({w.proc.pid} | descendants(w.proc.pid) for w in pool._workers))
+  others = descendants(os.getpid()) - ours
+  left = settled_descendants(os.getpid(), 2 * len(pool._workers) + len(others)) - others
   assert len(left) == 2 * len(pool._workers), f"leftover processes: {sorted(left)}"
