@@ -100,6 +100,23 @@ def attention_pairs(t: int) -> int:
   return block * block * n * (n + 1) // 2
 
 
+def lora_second_copies(cfg: ModelConfig) -> int:
+  """Bytes per token LoRA adds to a layer's stored residuals (no rematerialisation) beyond
+  `x A`: one more copy of each adapted q, k, v, gate and up output. The output is
+  `x W + delta`; XLA fuses the sum into its consumer (q/k norm, rotary, attention, SiLU) and
+  the backward keeps two arrays (`x W` and `delta`, or the sum and the consumer's output)
+  where the full-weight step keeps one. The o and down outputs only join the residual stream
+  and keep nothing. With per-layer rematerialisation the layers store only their inputs, so
+  none of this stays live (tests/test_plan.py checks both against XLA). MoE experts carry
+  no adapters."""
+  if not cfg.lora_rank:
+    return 0
+  mlp = 0 if cfg.is_moe else cfg.intermediate_size
+  q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+  width = dict(q_proj=q, k_proj=kv, v_proj=kv, gate_proj=mlp, up_proj=mlp)
+  return _bytes(cfg.compute_dtype) * sum(width.get(n, 0) for n in lora.target_names(cfg))
+
+
 def layer_activation_bytes(cfg: ModelConfig, t: int) -> int:
   """Bytes one decoder layer keeps for its backward pass, per row of length t.
 
@@ -107,7 +124,8 @@ def layer_activation_bytes(cfg: ModelConfig, t: int) -> int:
   attention output, residual, MLP output), four copies of q, k and v (projection, q/k norm,
   rotary, head-major), four MLP-wide arrays (gate, up, SiLU, product; k experts' worth in an
   MoE layer, plus its router logits). Per query-key pair the blocked causal attention keeps
-  the float32 probabilities of every head and the float32 mask bias of each kv group.
+  the float32 probabilities of every head and the float32 mask bias of each kv group. With
+  LoRA each adapted projection also keeps its `[T, r]` product `x A`.
   """
   c = _bytes(cfg.compute_dtype)
   d, hd = cfg.hidden_size, cfg.head_dim
@@ -144,7 +162,7 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   `model_shards` ways; float32 gradients (the running sum and one micro-batch's). With
   `logprob_chunk` (config.rl.logprob_remat) only one chunk's logits are live at a time.
   With LoRA the optimiser state and gradients are the adapters' and the reference is the
-  base itself (no copy)."""
+  base itself (no copy); without rematerialisation the layers keep `lora_second_copies`."""
   total, _ = parameter_counts(cfg)
   trained = trained_count(cfg)
   p = _bytes(cfg.param_dtype)
@@ -160,7 +178,7 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
       reference=total * p // model_shards if beta > 0 and not cfg.lora_rank else 0,
       grads=2 * trained * 4 // model_shards,
       batch=padded_rows * (5 * t + loss_positions) * 4 // dp,  # five [rows, T] + positions
-      activations=cfg.num_layers * r * layer + logits,
+      activations=cfg.num_layers * r * (layer + t * lora_second_copies(cfg)) + logits,
       activations_remat=inputs + r * layer + logits)
 
 
