@@ -3,7 +3,8 @@
   build --out DIR [--size starter|ci] [--minutes N] [--config starter] [--quiet]
   check DIR [--passages FILE.jsonl] [--designs 64] [--config starter]
 
-Both print one JSON object on the last stdout line; `check` exits 1 when a gate fails.
+Both print one JSON object on the last stdout line; `check` exits 1 when a gate fails. A
+missing directory, tokenizer or checkpoint, or a bad config, is one `error:` line (exit 2).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import argparse
 import json
 import sys
 
+from spade_jax.config_schema import ConfigError
+from spade_jax.model.hf_config import CheckpointError
 from spade_jax.starter import build, check
 
 
@@ -35,6 +38,14 @@ def main(argv=None) -> int:
   c.add_argument("--config", default="starter")
   c.add_argument("--quiet", action="store_true")
   args = parser.parse_args(argv)
+  try:
+    return _run(args)
+  except (FileNotFoundError, CheckpointError, ConfigError) as err:
+    print(f"error: {err}", file=sys.stderr)
+    return 2
+
+
+def _run(args: argparse.Namespace) -> int:
   if args.verb == "build":
     result = build.Build(args.out, args.size, config=args.config, minutes=args.minutes,
                          progress=not args.quiet, seed=args.seed).run()

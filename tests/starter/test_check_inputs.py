@@ -4,6 +4,7 @@ import pytest
 
 from spade_jax.envs.library import load_seed_library
 from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.starter import __main__ as starter_cli
 from spade_jax.starter import check
 
 
@@ -30,3 +31,9 @@ def test_design_requests_cycle_categories_with_train_memory():
   many = check.design_requests(["p"] * 60, settings, max_chars=600)  # every seed in turn
   shown = {r.memory[0].source for r in many}
   assert shown == {s.source for s in load_seed_library("games", split="train")}
+
+
+def test_check_of_a_missing_directory_is_one_error_line(tmp_path, capsys):
+  assert starter_cli.main(["check", str(tmp_path / "missing"), "--quiet"]) == 2
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and err[0].startswith("error: tokenizer ") and "missing" in err[0], err
