@@ -45,8 +45,8 @@ def get_config() -> ConfigDict:
   c.selfplay.max_turns = 6  # episode cap
   c.selfplay.memory.sample_size = 1  # one memory entry per designer prompt (prompt < 2.7k tokens)
   c.corpus.max_chars = 600  # short passages: the prompt fits beside a whole design
-  c.sampling.designer = {"max_new_tokens": 2048, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
-  c.sampling.agent = {"max_new_tokens": 48, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
+  c.sampling.designer = {"max_new_tokens": 2048, "temperature": 0.7, "top_p": 1.0, "top_k": 0}
+  c.sampling.agent = {"max_new_tokens": 48, "temperature": 0.7, "top_p": 1.0, "top_k": 0}
   c.engine.num_slots = 48  # 6 envs x 2 arms x G=4 episodes in one wave
   c.engine.max_cache_len = 8192  # the starter preset's max_position_embeddings
   c.engine.prefill_buckets = (256, 1024, 4096)  # turns; first turns; designer prompt

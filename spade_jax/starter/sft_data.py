@@ -50,19 +50,31 @@ class SFTExample:
   meta: dict  # uid, base, category; designer: passage_id, memory; agent: arm, kind, return
 
 
-def _memory(envs: Sequence[VariantEnv], settings: SelfPlaySettings) -> EnvMemory:
-  """The train-split seeds (as the loop's library) plus the set's variants as designed ones."""
+def _memory(envs: Sequence[VariantEnv], settings: SelfPlaySettings
+            ) -> tuple[EnvMemory, dict[str, str]]:
+  """The train-split seeds (as the loop's library) plus the set's variants as designed ones.
+
+  Also each entry's base game (uid -> seed name), so that a request can show a sibling.
+  """
   seeds = load_seed_library(kind=settings.setting, categories=settings.skills, split="train")
   entries = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
              for s in seeds]
   entries += [MemoryEntry(e.uid, e.source, e.hint, e.category, "designed", -1) for e in envs]
-  return EnvMemory(max(settings.memory_capacity, len(entries)), entries)
+  bases = {f"seed/{s.name}": s.name for s in seeds} | {e.uid: e.base for e in envs}
+  return EnvMemory(max(settings.memory_capacity, len(entries)), entries), bases
 
 
-def design_request(env: VariantEnv, j: int, memory: EnvMemory, documents: Sequence,
-                   settings: SelfPlaySettings, seed: int, max_chars: int
+def design_request(env: VariantEnv, j: int, memory: EnvMemory, bases: dict[str, str],
+                   documents: Sequence, settings: SelfPlaySettings, seed: int, max_chars: int
                    ) -> designer.DesignRequest:
-  """The j-th designer request whose answer is `env`: a passage and a memory sample."""
+  """The j-th designer request whose answer is `env`: a passage and a memory sample.
+
+  The memory sample's first entry is one of `env`'s siblings (the seed game it came from or
+  another variant of it): the target is then an edit of an environment in the prompt, which
+  is what the designer does with its memory in the loop, and a copy-and-edit a small model
+  can learn; with unrelated memory the target would have to be recalled whole. The rest are
+  drawn as the loop draws them (its category first).
+  """
   passage = None
   if settings.use_corpus:
     pick = int(derive_rng(seed, "starter-passage", env.uid, j).integers(len(documents)))
@@ -70,10 +82,18 @@ def design_request(env: VariantEnv, j: int, memory: EnvMemory, documents: Sequen
   views = ()
   if settings.use_memory and settings.memory_sample_size:
     rng = derive_rng(seed, "starter-memory", env.uid, j)
-    views = tuple(m.view() for m in memory.sample(settings.memory_sample_size, rng,
-                                                  categories=[env.category], exclude=[env.uid]))
+    n = settings.memory_sample_size
+    sibling = memory.sample(1, rng, categories=[env.category], exclude=_not_siblings(env, bases))
+    rest = memory.sample(n - len(sibling), rng, categories=[env.category],
+                         exclude=[env.uid, *(m.uid for m in sibling)])
+    views = tuple(m.view() for m in sibling + rest)
   return designer.DesignRequest(j, env.category, passage and passage.doc_id,
                                 passage and passage.text, views, passage and passage.origin)
+
+
+def _not_siblings(env: VariantEnv, bases: dict[str, str]) -> list[str]:
+  """Every memory uid but env's siblings (env itself included)."""
+  return [uid for uid, base in bases.items() if base != env.base or uid == env.uid]
 
 
 def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlaySettings, *,
@@ -86,7 +106,7 @@ def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayS
   """
   formatter = ChatFormatter(tokenizer)
   documents = split_documents()[0]
-  memory = _memory(envs, settings)
+  memory, bases = _memory(envs, settings)
   limit = settings.max_prompt_tokens(settings.designer_sampling)
   out, too_long = [], 0
   for env in envs:
@@ -100,7 +120,7 @@ def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayS
       too_long += per_env
       continue
     for j in range(per_env):
-      req = design_request(env, j, memory, documents, settings, seed, max_chars)
+      req = design_request(env, j, memory, bases, documents, settings, seed, max_chars)
       prompt = designer.fitted_prompt(formatter, req, settings.setting, limit,
                                       settings.designer_reward)
       out.append(SFTExample(prompt + target, [0] * len(prompt) + [1] * len(target), "designer",
