@@ -18,6 +18,8 @@ are exactly the prompts this run sends. Choices, and why:
   about 1.5k with this tokenizer; variants may be longer); agent replies up to 48 (one
   `<action>...</action>`, no reasoning: the starter never learned to think first); 6 turns
   an episode.
+* temperature 0.7 (one for both roles, as the trainer's log-probs use it): a design is about
+  a thousand tokens that must all be right, and at 1.0 a small model's tail mass breaks most.
 * AdamW at 1e-5 with KL 0.01 to the starter: a small model fine-tuned on a narrow set moves
   fast, and the KL keeps the designer near the distribution that writes valid code.
 """

@@ -60,7 +60,7 @@ def test_designer_examples_are_what_the_loop_sends_and_accepts(tokenizer, envs, 
   assert env.uid not in ex.meta["memory"] and len(ex.meta["memory"]) == 4
   # The first memory entry is a sibling (the seed game it came from): the target edits it.
   assert ex.meta["memory"][0] == f"seed/{env.base}"
-  assert all(e.meta["memory"][0] in (f"seed/{e.meta['base']}",) for e in examples)
+  assert all(e.meta["memory"][0] == f"seed/{e.meta['base']}" for e in examples)
   n = ex.meta["prompt_tokens"]
   assert ex.loss_mask == [0] * n + [1] * (len(ex.tokens) - n)
   # The loop's designer path, fed the request as the loop builds it, must send these prompt
