@@ -27,7 +27,7 @@ WORKDIR_MODULES = (
     "spade_jax/run.py", "spade_jax/rl/trainer.py", "spade_jax/rl/checkpoint.py",
     "spade_jax/model/load.py", "spade_jax/model/integrity.py", "spade_jax/model/lora_export.py",
     "spade_jax/metrics/logger.py",
-    "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/curriculum_log.py",
+    "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/env_log.py",
     "spade_jax/export.py", "spade_jax/eval/__main__.py", "spade_jax/eval/evaluate.py",
     "spade_jax/eval/load.py", "spade_jax/eval/compare.py", "launch/tpu_run.py")
 # What reaches the local file system directly (a gs:// path there becomes ./gs:/...).

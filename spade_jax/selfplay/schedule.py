@@ -20,7 +20,7 @@ measured while the agent played its environments. The run's last step is the exc
 `close_window(T, ..., final=True)` after its play scores every pending design on the returns
 its window has so far, so the last refresh's designs are trained too (docs/selfplay.md).
 
-`Curriculum.to_state()` is JSON (lists and numbers only) and goes into checkpoints, so a
+`EnvSchedule.to_state()` is JSON (lists and numbers only) and goes into checkpoints, so a
 resumed run continues the window and the pending designer update where they stopped.
 """
 
@@ -86,7 +86,7 @@ class ScoredDesign:
     return self.design.env_uid is not None
 
 
-class Curriculum:
+class EnvSchedule:
   """Active window, pending designer samples and the refresh rule."""
 
   def __init__(self, k: int):
@@ -134,7 +134,7 @@ class Curriculum:
             "pending": [dataclasses.asdict(d) for d in self.pending]}
 
   @classmethod
-  def from_state(cls, state: dict, k: int) -> Curriculum:
+  def from_state(cls, state: dict, k: int) -> EnvSchedule:
     if state["k"] != k:
       raise ValueError(f"the checkpoint's curriculum was run with k={state['k']} but "
                        f"config.selfplay.k={k}; resume with the same k")

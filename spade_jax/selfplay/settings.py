@@ -22,7 +22,7 @@ from spade_jax.selfplay.regret import get_designer_reward
 from spade_jax.selfplay.replies import check_action_format
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
-LIBRARIES = ("seeds", "probe")
+LIBRARIES = ("seeds", "vowels")
 FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
 # How invalid designs enter the designer's advantage (selfplay/designer_advantage.py).
 DESIGNER_ADVANTAGES = ("discard", "penalty", "two_level")
@@ -73,8 +73,8 @@ class SelfPlaySettings:
   fixed_envs: str = ""  # one of FIXED_ENVS: "" (SPADE), "grpo" or "rlve" (seed library)
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
-  # The library memory starts from: "seeds" (the setting's seed environments) or "probe" (the
-  # dense-reward probe environment in every skill, so a random model earns varied returns).
+  # The library memory starts from: "seeds" (the setting's seed environments) or "vowels" (the
+  # dense-reward vowels environment in every skill, so a random model earns varied returns).
   library: str = "seeds"
   memory_capacity: int = 512  # environments kept; eviction rule in selfplay/memory.py
   memory_sample_size: int = 4  # memory entries shown in each designer prompt
