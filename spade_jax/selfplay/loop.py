@@ -57,8 +57,8 @@ class SelfPlayLoop:
 
   `trainer` needs `train_step(TrainBatch) -> dict[str, float]` and `params` (what the engine
   loads after each update). `corpus` needs `take(n)` of passages with `.doc_id`, `.text` and
-  `.origin`, and `get_state()` / `set_state()`. `library` holds the seed environments as memory
-  entries (origin "seed"): the initial memory and the fixed-environment set.
+  `.origin`, and `state_dict()` / `load_state_dict()`. `library` holds the seed environments as
+  memory entries (origin "seed"): the initial memory and the fixed-environment set.
   """
 
   def __init__(self, settings: SelfPlaySettings, *, engine, pool, tokenizer, trainer,
@@ -89,20 +89,20 @@ class SelfPlayLoop:
   def state_dict(self) -> dict[str, Any]:
     """JSON-ready host state: step, memory, curriculum window and corpus position."""
     return {"step": self.step_index, "updates": self.num_updates,
-            "memory": self.memory.to_state(),
-            "curriculum": self.schedule.to_state(),
-            "corpus": self.corpus.get_state() if self.corpus is not None else None,
-            "rlve": self.rlve.to_state() if self.rlve is not None else None}
+            "memory": self.memory.state_dict(),
+            "curriculum": self.schedule.state_dict(),
+            "corpus": self.corpus.state_dict() if self.corpus is not None else None,
+            "rlve": self.rlve.state_dict() if self.rlve is not None else None}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     self.step_index = int(state["step"])
     self.num_updates = int(state.get("updates", self.step_index))
-    self.memory = EnvMemory.from_state(state["memory"])
-    self.schedule = EnvSchedule.from_state(state["curriculum"], self.settings.k)
+    self.memory.load_state_dict(state["memory"])
+    self.schedule.load_state_dict(state["curriculum"])
     if self.corpus is not None and state.get("corpus") is not None:
-      self.corpus.set_state(state["corpus"])
+      self.corpus.load_state_dict(state["corpus"])
     if self.rlve is not None and state.get("rlve") is not None:
-      self.rlve.load_state(state["rlve"])
+      self.rlve.load_state_dict(state["rlve"])
 
   # ------------------------------------------------------------------------- the step
   def step(self, final: bool = False) -> StepRecord:

@@ -46,17 +46,18 @@ def test_open_window_rejects_a_wrong_due_step_and_close_a_missing_env():
     c.close_window(3, hint_regret)
 
 
-def test_curriculum_state_round_trip_and_k_mismatch():
+def test_schedule_state_round_trip_and_k_mismatch():
   c = EnvSchedule(2)
   env = ActiveEnv("d1.0", "designed", "c", "src", "hint", 4, 1)
   c.open_window(1, [env], [design(1, 0, "d1.0")])
   env.returns.add_step([0.5], [1.0])
-  state = json.loads(json.dumps(c.to_state()))
-  back = EnvSchedule.from_state(state, 2)
-  assert back.to_state() == c.to_state()
+  state = json.loads(json.dumps(c.state_dict()))
+  back = EnvSchedule(2)
+  back.load_state_dict(state)
+  assert back.state_dict() == c.state_dict()
   assert back.active[0].returns.no_hint == [[0.5]]
   with pytest.raises(ValueError, match="k=2 but config.selfplay.k=4"):
-    EnvSchedule.from_state(state, 4)
+    EnvSchedule(4).load_state_dict(state)
 
 
 def test_split_budget_spreads_slots_evenly():
