@@ -41,7 +41,7 @@ REQUIRED_TAGS = (
     "curriculum/diversity_vendi", "curriculum/diversity_vendi_per_n",
     "curriculum/envs_without_regret", "train/agent/clip_fraction",
     "curriculum/reward_levels", "curriculum/formula_reveal_rate", "agent/return_no_hint",
-    "agent/return_hint", "train/loss", "train/kl", "train/logprob_gap", "time/generate_s",
+    "agent/return_hint", "train/loss", "train/kl", "train/logprob_gap_mean", "time/generate_s",
     "time/sandbox_s", "time/train_s")
 
 

@@ -66,7 +66,10 @@ def test_step_metrics_exact_values():
   assert m["curriculum/memory_size"] == 9.0
   assert m["designer/reward_mean"] == pytest.approx(-2.5 / 4)
   assert m["train/loss"] == 0.5 and m["train/kl"] == 0.01
-  assert m["train/logprob_gap"] == 0.002  # from the trainer's logprob_gap_mean
+  assert m["train/logprob_gap_mean"] == 0.002
+  # Each trainer metric once, under its own name (no second copy of the mean gap).
+  assert sorted(t for t in m if t.startswith("train/")) == [
+      "train/kl", "train/logprob_gap_mean", "train/loss"]
   assert m["time/generate_s"] == 3.0 and m["time/step_s"] == 6.5
 
 
@@ -102,7 +105,7 @@ def test_reveal_proxy():
 
 def test_missing_trainer_metric_is_an_error():
   with pytest.raises(KeyError, match="train_metrics.kl"):
-    step_scalars.step_metrics(_record([], train_metrics={"loss": 1.0, "logprob_gap": 0.0}))
+    step_scalars.step_metrics(_record([], train_metrics={"loss": 1.0, "logprob_gap_mean": 0.0}))
 
 
 def test_windowed_learnable_share_by_hand():
