@@ -16,11 +16,14 @@ ever made for a URL. `gs://` goes through fsspec's gcsfs, set up here once:
 GCS objects cannot be appended to: `Appender` adds each flushed chunk as an object of its own
 and composes it onto the file (one server-side call), so logs and TensorBoard event files
 grow without rewriting. `probe` checks early that a workdir URL can be written.
+`local_copy` fetches a gs:// checkpoint or tokenizer for the readers that need local files.
 """
 
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
 import socket
 import sys
 import threading
@@ -34,6 +37,7 @@ from etils import epath
 PathLike = str | os.PathLike[str]
 Path = epath.Path
 PROBE_TIMEOUT_S = 45.0  # a workdir that cannot be written fails within this (then one line)
+CACHE_ENV = "SPADE_JAX_CACHE"  # where `local_copy` keeps gs:// checkpoints and tokenizers
 
 
 class StorageError(OSError):
@@ -171,6 +175,34 @@ def rename(src: PathLike, dst: PathLike) -> None:
 
 def rmtree(p: PathLike) -> None:
   path(p).rmtree(missing_ok=True)
+
+
+def local_copy(url: PathLike) -> pathlib.Path:
+  """A local copy of a gs:// file or directory (every file under it), for readers that need
+  local files: a Hugging Face checkpoint (memory-mapped safetensors) or a tokenizer.
+
+  Kept under $SPADE_JAX_CACHE (default ~/.cache/spade_jax) at gs/<bucket>/<path>, so a
+  relaunch fetches again only what is missing or of another size. Each file arrives under a
+  temporary name and is renamed, so processes sharing the machine never read a part."""
+  src = path(url)
+  text = os.fspath(src).rstrip("/")
+  root = pathlib.Path(os.environ.get(CACHE_ENV) or "~/.cache/spade_jax").expanduser()
+  dest = root / text.replace("://", "/", 1)
+  if src.is_file():
+    pairs = [(src, dest)]
+  elif src.is_dir():
+    pairs = [(f, dest / os.fspath(f)[len(text) + 1:]) for f in files(src)]
+  else:
+    raise StorageError(f"{text}: no such file or directory")
+  for remote, local in pairs:
+    if local.is_file() and local.stat().st_size == size(remote):
+      continue
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.parent / f".{local.name}.{socket.gethostname()}.{os.getpid()}.tmp"
+    with open_file(remote, "rb", None) as r, open(tmp, "wb") as w:
+      shutil.copyfileobj(r, w, 1 << 24)
+    os.replace(tmp, local)
+  return dest
 
 
 def tensorstore_kvstore(p: PathLike) -> dict[str, str]:
