@@ -144,7 +144,7 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   URL (spade_jax/storage.py); one that cannot be written fails first (StorageError).
   """
   workdir = os.fspath(workdir)
-  storage.probe(workdir)
+  storage.check_writable(workdir)
   if jax.process_index() == 0:
     save_config(config, workdir)
   settings = SelfPlaySettings.from_config(config)

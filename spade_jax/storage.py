@@ -15,7 +15,7 @@ ever made for a URL. `gs://` goes through fsspec's gcsfs, set up here once:
 
 GCS objects cannot be appended to: `Appender` adds each flushed chunk as an object of its own
 and composes it onto the file (one server-side call), so logs and TensorBoard event files
-grow without rewriting. `probe` checks early that a workdir URL can be written.
+grow without rewriting. `check_writable` checks early that a workdir URL can be written.
 `local_copy` fetches a gs:// checkpoint or tokenizer for the readers that need local files.
 """
 
@@ -36,7 +36,7 @@ from etils import epath
 
 PathLike = str | os.PathLike[str]
 Path = epath.Path
-PROBE_TIMEOUT_S = 45.0  # a workdir that cannot be written fails within this (then one line)
+WRITE_CHECK_TIMEOUT_S = 45.0  # a workdir that cannot be written fails within this (then one line)
 CACHE_ENV = "SPADE_JAX_CACHE"  # where `local_copy` keeps gs:// checkpoints and tokenizers
 
 
@@ -259,7 +259,7 @@ class Appender:
     self.flush()
 
 
-def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+def check_writable(workdir: PathLike, timeout_s: float = WRITE_CHECK_TIMEOUT_S) -> None:
   """Raises StorageError (one line: the URL and why) unless a file can be written to and
   removed from `workdir` within `timeout_s`; local workdirs are created. Run it before
   anything slow, so an unreachable bucket or missing credentials fail at once."""
@@ -271,8 +271,8 @@ def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
       raise StorageError(f"workdir {p}: cannot be created ({e.strerror or e})") from None
     return
   outcome: list[str | None] = []
-  worker = threading.Thread(target=lambda: outcome.append(_probe_url(p)), daemon=True,
-                            name="spade_jax-storage-probe")
+  worker = threading.Thread(target=lambda: outcome.append(_check_url(p)), daemon=True,
+                            name="spade_jax-storage-check")
   worker.start()
   worker.join(timeout_s)
   if not outcome:
@@ -290,7 +290,7 @@ def _endpoint() -> str:
   return emulator if emulator not in ("", "default") else "https://storage.googleapis.com"
 
 
-def _probe_url(p: epath.Path) -> str | None:
+def _check_url(p: epath.Path) -> str | None:
   """None if a small object can be written at `p` and removed, else why not."""
   endpoint = _endpoint()
   if "STORAGE_EMULATOR_HOST" not in os.environ or endpoint.endswith("googleapis.com"):
@@ -306,11 +306,11 @@ def _probe_url(p: epath.Path) -> str | None:
     socket.create_connection((parsed.hostname, port), timeout=10).close()
   except OSError as e:
     return f"cannot connect to {parsed.hostname}:{port} ({_cause(e)})"
-  probe_file = os.fspath(p / f".probe-{socket.gethostname()}-{os.getpid()}")
+  check_file = os.fspath(p / f".write-check-{socket.gethostname()}-{os.getpid()}")
   try:
     fs = _fs(p)
-    fs.pipe_file(probe_file, b"spade_jax workdir probe\n")
-    fs.rm_file(probe_file)
+    fs.pipe_file(check_file, b"spade_jax workdir check\n")
+    fs.rm_file(check_file)
   except FileNotFoundError:
     return f"bucket {os.fspath(p).split('/')[2]!r} does not exist"
   except Exception as e:  # noqa: BLE001 - reported as one line

@@ -178,15 +178,15 @@ def jax_tree(params, step):
   return {"w": params["w"] * step}
 
 
-def test_probe_names_the_url_and_the_cause_in_one_line(gcs, monkeypatch):
-  storage.probe(f"{gcs}/probe")  # the emulator's bucket: writable
+def test_check_writable_names_the_url_and_the_cause_in_one_line(gcs, monkeypatch):
+  storage.check_writable(f"{gcs}/writable")  # the emulator's bucket: writable
   with pytest.raises(storage.StorageError, match="bucket 'no-such-bucket' does not exist"):
-    storage.probe("gs://no-such-bucket/run")
+    storage.check_writable("gs://no-such-bucket/run")
   monkeypatch.delenv("STORAGE_EMULATOR_HOST")
   monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json")
   with pytest.raises(storage.StorageError, match=r"^workdir gs://b/r: no Google Cloud "
                      r"credentials \(DefaultCredentialsError: File /nonexistent/key.json"):
-    storage.probe("gs://b/r")
+    storage.check_writable("gs://b/r")
 
 
 def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
