@@ -8,8 +8,8 @@ and the train step (bench/RESULTS.md has the measured wall time).
 Every stage runs for real. The designer writes (a random model writes nothing valid, so the
 validator rejects every design; `designer_advantage = "two_level"` still gives each invalid
 design a row, at the invalid reward, so designer rows reach the update); the set is
-topped up with replays from the library, which here is the dense-reward probe environment
-(`selfplay.library = "probe"`, envs/probe: reward = share of vowels in each answer) in
+topped up with replays from the library, which here is the dense-reward vowels environment
+(`selfplay.library = "vowels"`, envs/vowels: reward = share of vowels in each answer) in
 every skill; the agent's whole reply is its action (`action_format = "{}"`), so every episode
 steps the environment in the sandbox and earns a varied return; advantages are non-zero,
 so the update has a loss, and `rl.beta > 0` adds the KL to the reference (0 at step 1, when
@@ -36,7 +36,7 @@ def get_config() -> ConfigDict:
   c.selfplay.categories_per_step = 2  # categories drawn per refresh
   c.selfplay.max_turns = 3  # short episodes
   c.selfplay.fill_from_memory = True  # replay the library when the designs are invalid
-  c.selfplay.library = "probe"  # dense-reward probe in every skill: varied returns from step 1
+  c.selfplay.library = "vowels"  # dense reward in every skill: varied returns from step 1
   c.selfplay.action_format = "{}"  # the whole reply is the action: every episode steps its env
   c.selfplay.memory.sample_size = 1  # one memory entry in the designer prompt (short prompt)
   # Not the paper's "discard" (the default): a random model writes no valid design, so

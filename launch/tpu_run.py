@@ -81,7 +81,7 @@ def use_compilation_cache(directory: str) -> None:
 def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
   config_schema.validate(config)
-  storage.probe(workdir)  # an unreachable or unwritable workdir fails before anything waits
+  storage.check_writable(workdir)  # an unreachable or unwritable workdir fails at once
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
     jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,

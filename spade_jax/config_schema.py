@@ -28,7 +28,7 @@ from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model.config import PRESETS, ModelConfig
 from spade_jax.model.sharding import MESH_AXES
 from spade_jax.rl.config import RLConfig
-from spade_jax.sandbox.probe import LEVELS
+from spade_jax.sandbox.isolation import LEVELS
 from spade_jax.selfplay import corpus
 from spade_jax.selfplay.settings import SelfPlaySettings, sampling_config
 
@@ -87,7 +87,7 @@ def base_config() -> ConfigDict:
   c.selfplay.fixed_envs = sp.fixed_envs  # "grpo" / "rlve": fixed-env baselines on the seeds
   c.selfplay.fill_from_memory = sp.fill_from_memory  # top up a short valid set with replays
   c.selfplay.train_agent_on_hint_arm = sp.train_agent_on_hint_arm  # hint arm only measures
-  c.selfplay.library = sp.library  # "seeds" or "probe" (dense-reward probe; smoke runs)
+  c.selfplay.library = sp.library  # "seeds" or "vowels" (dense reward; smoke runs)
   c.selfplay.memory = ConfigDict()
   c.selfplay.memory.capacity = sp.memory_capacity  # environments kept (selfplay/memory.py)
   c.selfplay.memory.sample_size = sp.memory_sample_size  # memory entries per designer prompt
@@ -108,7 +108,7 @@ def base_config() -> ConfigDict:
   c.sandbox.reset_timeout_s = 2.0  # wall clock for loading a source and reset()
   c.sandbox.step_timeout_s = 1.0  # wall clock for one step()
   c.sandbox.memory_mb = 1024  # address-space cap of an environment process
-  c.sandbox.isolation = "strict"  # "strict" | "basic" | "none": see spade_jax/sandbox/probe.py
+  c.sandbox.isolation = "strict"  # "strict" | "basic" | "none": see spade_jax/sandbox/isolation.py
   c.sandbox.require_oracle = False  # validator: designed envs must define oracle_actions()
   # Every trainer setting, with RLConfig's defaults and comments (spade_jax/rl/config.py).
   c.rl = ConfigDict(rl_defaults())

@@ -4,7 +4,7 @@
   python -m spade_jax.export --workdir RUN [--step N] --adapter OUT  (LoRA runs: PEFT adapter)
   python -m spade_jax.export --workdir RUN [--step N] --merged OUT   (Hugging Face checkpoint)
 
-reads <workdir>/curriculum.jsonl (written every step by the run, `metrics/curriculum_log.py`)
+reads <workdir>/curriculum.jsonl (written every step by the run, `metrics/env_log.py`)
 up to step N (default: the last) and writes, per environment, in order of first play:
 
   uid, origin ("designed", "seed"), category, source, hint,
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from spade_jax import storage
 from spade_jax.envs.difficulty import declared_levels
-from spade_jax.metrics.curriculum_log import LOG_NAME, read_steps
+from spade_jax.metrics.env_log import LOG_NAME, read_steps
 from spade_jax.model.lora_export import export_weights
 from spade_jax.selfplay.record import ARMS
 
@@ -45,7 +45,7 @@ def _mean(values: list[float]) -> float | None:
   return sum(values) / len(values) if values else None
 
 
-def curriculum(steps: Sequence[dict], upto: int | None = None) -> list[dict]:
+def env_lines(steps: Sequence[dict], upto: int | None = None) -> list[dict]:
   """Per-environment lines from the log's step lines (those with step <= upto)."""
   kept = [s for s in steps if upto is None or s["step"] <= upto]
   if not kept:
@@ -91,7 +91,7 @@ def export(workdir: str | os.PathLike[str], out: str | os.PathLike[str],
   log = storage.join(workdir, LOG_NAME)  # workdir and out: local paths or gs:// URLs
   if not log.exists():
     raise FileNotFoundError(f"{log} does not exist: is {workdir!r} a run's workdir?")
-  lines = curriculum(read_steps(log), step)
+  lines = env_lines(read_steps(log), step)
   with storage.open_file(out, "w") as f:
     for line in lines:
       f.write(json.dumps(line, ensure_ascii=False) + "\n")

@@ -30,7 +30,7 @@ from spade_jax.config_schema import ConfigError
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
-from spade_jax.envs.probe import VOWELS_HINT, VOWELS_SOURCE
+from spade_jax.envs.vowels import VOWELS_HINT, VOWELS_SOURCE
 from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
 from spade_jax.eval.settings import EvalSettings
@@ -78,9 +78,9 @@ def build_model(config: Any, mesh):
 
 
 def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryEntry]:
-  """The library memory starts from: the setting's seeds (of `split`), or the probe."""
-  if settings.library == "probe":
-    return [MemoryEntry(f"probe/vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
+  """The library memory starts from: the setting's seeds (of `split`), or the vowels environment."""
+  if settings.library == "vowels":
+    return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
             for skill in settings.skills]
   return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
           for s in load_seed_library(kind=settings.setting, categories=settings.skills,
@@ -144,7 +144,7 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   URL (spade_jax/storage.py); one that cannot be written fails first (StorageError).
   """
   workdir = os.fspath(workdir)
-  storage.probe(workdir)
+  storage.check_writable(workdir)
   if jax.process_index() == 0:
     save_config(config, workdir)
   settings = SelfPlaySettings.from_config(config)

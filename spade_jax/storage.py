@@ -15,12 +15,15 @@ ever made for a URL. `gs://` goes through fsspec's gcsfs, set up here once:
 
 GCS objects cannot be appended to: `Appender` adds each flushed chunk as an object of its own
 and composes it onto the file (one server-side call), so logs and TensorBoard event files
-grow without rewriting. `probe` checks early that a workdir URL can be written.
+grow without rewriting. `check_writable` checks early that a workdir URL can be written.
+`local_copy` fetches a gs:// checkpoint or tokenizer for the readers that need local files.
 """
 
 from __future__ import annotations
 
 import os
+import pathlib
+import shutil
 import socket
 import sys
 import threading
@@ -33,7 +36,8 @@ from etils import epath
 
 PathLike = str | os.PathLike[str]
 Path = epath.Path
-PROBE_TIMEOUT_S = 45.0  # a workdir that cannot be written fails within this (then one line)
+WRITE_CHECK_TIMEOUT_S = 45.0  # a workdir that cannot be written fails within this (then one line)
+CACHE_ENV = "SPADE_JAX_CACHE"  # where `local_copy` keeps gs:// checkpoints and tokenizers
 
 
 class StorageError(OSError):
@@ -173,6 +177,34 @@ def rmtree(p: PathLike) -> None:
   path(p).rmtree(missing_ok=True)
 
 
+def local_copy(url: PathLike) -> pathlib.Path:
+  """A local copy of a gs:// file or directory (every file under it), for readers that need
+  local files: a Hugging Face checkpoint (memory-mapped safetensors) or a tokenizer.
+
+  Kept under $SPADE_JAX_CACHE (default ~/.cache/spade_jax) at gs/<bucket>/<path>, so a
+  relaunch fetches again only what is missing or of another size. Each file arrives under a
+  temporary name and is renamed, so processes sharing the machine never read a part."""
+  src = path(url)
+  text = os.fspath(src).rstrip("/")
+  root = pathlib.Path(os.environ.get(CACHE_ENV) or "~/.cache/spade_jax").expanduser()
+  dest = root / text.replace("://", "/", 1)
+  if src.is_file():
+    pairs = [(src, dest)]
+  elif src.is_dir():
+    pairs = [(f, dest / os.fspath(f)[len(text) + 1:]) for f in files(src)]
+  else:
+    raise StorageError(f"{text}: no such file or directory")
+  for remote, local in pairs:
+    if local.is_file() and local.stat().st_size == size(remote):
+      continue
+    local.parent.mkdir(parents=True, exist_ok=True)
+    tmp = local.parent / f".{local.name}.{socket.gethostname()}.{os.getpid()}.tmp"
+    with open_file(remote, "rb", None) as r, open(tmp, "wb") as w:
+      shutil.copyfileobj(r, w, 1 << 24)
+    os.replace(tmp, local)
+  return dest
+
+
 def tensorstore_kvstore(p: PathLike) -> dict[str, str]:
   """The tensorstore kvstore spec of a directory (gcs driver for gs://, file otherwise)."""
   p = path(p)
@@ -227,7 +259,7 @@ class Appender:
     self.flush()
 
 
-def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+def check_writable(workdir: PathLike, timeout_s: float = WRITE_CHECK_TIMEOUT_S) -> None:
   """Raises StorageError (one line: the URL and why) unless a file can be written to and
   removed from `workdir` within `timeout_s`; local workdirs are created. Run it before
   anything slow, so an unreachable bucket or missing credentials fail at once."""
@@ -239,8 +271,8 @@ def probe(workdir: PathLike, timeout_s: float = PROBE_TIMEOUT_S) -> None:
       raise StorageError(f"workdir {p}: cannot be created ({e.strerror or e})") from None
     return
   outcome: list[str | None] = []
-  worker = threading.Thread(target=lambda: outcome.append(_probe_url(p)), daemon=True,
-                            name="spade_jax-storage-probe")
+  worker = threading.Thread(target=lambda: outcome.append(_check_url(p)), daemon=True,
+                            name="spade_jax-storage-check")
   worker.start()
   worker.join(timeout_s)
   if not outcome:
@@ -258,7 +290,7 @@ def _endpoint() -> str:
   return emulator if emulator not in ("", "default") else "https://storage.googleapis.com"
 
 
-def _probe_url(p: epath.Path) -> str | None:
+def _check_url(p: epath.Path) -> str | None:
   """None if a small object can be written at `p` and removed, else why not."""
   endpoint = _endpoint()
   if "STORAGE_EMULATOR_HOST" not in os.environ or endpoint.endswith("googleapis.com"):
@@ -274,11 +306,11 @@ def _probe_url(p: epath.Path) -> str | None:
     socket.create_connection((parsed.hostname, port), timeout=10).close()
   except OSError as e:
     return f"cannot connect to {parsed.hostname}:{port} ({_cause(e)})"
-  probe_file = os.fspath(p / f".probe-{socket.gethostname()}-{os.getpid()}")
+  check_file = os.fspath(p / f".write-check-{socket.gethostname()}-{os.getpid()}")
   try:
     fs = _fs(p)
-    fs.pipe_file(probe_file, b"spade_jax workdir probe\n")
-    fs.rm_file(probe_file)
+    fs.pipe_file(check_file, b"spade_jax workdir check\n")
+    fs.rm_file(check_file)
   except FileNotFoundError:
     return f"bucket {os.fspath(p).split('/')[2]!r} does not exist"
   except Exception as e:  # noqa: BLE001 - reported as one line

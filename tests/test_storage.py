@@ -11,10 +11,12 @@ import sys
 import time
 
 import fsspec
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 import tensorstore as ts
+from flax import nnx
 from layering import PACKAGE_ROOT, imports_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -27,7 +29,7 @@ WORKDIR_MODULES = (
     "spade_jax/run.py", "spade_jax/rl/trainer.py", "spade_jax/rl/checkpoint.py",
     "spade_jax/model/load.py", "spade_jax/model/integrity.py", "spade_jax/model/lora_export.py",
     "spade_jax/metrics/logger.py",
-    "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/curriculum_log.py",
+    "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/env_log.py",
     "spade_jax/export.py", "spade_jax/eval/__main__.py", "spade_jax/eval/evaluate.py",
     "spade_jax/eval/load.py", "spade_jax/eval/compare.py", "launch/tpu_run.py")
 # What reaches the local file system directly (a gs:// path there becomes ./gs:/...).
@@ -176,15 +178,15 @@ def jax_tree(params, step):
   return {"w": params["w"] * step}
 
 
-def test_probe_names_the_url_and_the_cause_in_one_line(gcs, monkeypatch):
-  storage.probe(f"{gcs}/probe")  # the emulator's bucket: writable
+def test_check_writable_names_the_url_and_the_cause_in_one_line(gcs, monkeypatch):
+  storage.check_writable(f"{gcs}/writable")  # the emulator's bucket: writable
   with pytest.raises(storage.StorageError, match="bucket 'no-such-bucket' does not exist"):
-    storage.probe("gs://no-such-bucket/run")
+    storage.check_writable("gs://no-such-bucket/run")
   monkeypatch.delenv("STORAGE_EMULATOR_HOST")
   monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/nonexistent/key.json")
   with pytest.raises(storage.StorageError, match=r"^workdir gs://b/r: no Google Cloud "
                      r"credentials \(DefaultCredentialsError: File /nonexistent/key.json"):
-    storage.probe("gs://b/r")
+    storage.check_writable("gs://b/r")
 
 
 def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
@@ -202,3 +204,37 @@ def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
       f"error: workdir gs://spade-test/unreachable: cannot connect to 127.0.0.1:{port} "
       "(ConnectionRefusedError: [Errno 111] Connection refused)"]
   assert not os.listdir(tmp_path)  # no ./gs:/...
+
+
+def test_gs_hf_checkpoint_and_tokenizer_load_through_a_local_copy(gcs, tmp_path, monkeypatch):
+  """config_schema accepts gs:// for model.checkpoint and tokenizer: the loaders read it."""
+  from spade_jax.model import get_preset, hf_io
+  from spade_jax.model.load import load_model
+  from spade_jax.model.testing import random_model
+  from spade_jax.tokenizer import load_tiny, load_tokenizer, tiny_model_path
+
+  monkeypatch.setenv(storage.CACHE_ENV, os.fspath(tmp_path / "cache"))
+  model = random_model(get_preset("tiny"), seed=3)
+  hf_io.save_pretrained(model, tmp_path / "hf")
+  for f in sorted((tmp_path / "hf").iterdir()):
+    with storage.open_file(f"{gcs}/models/hf/{f.name}", "wb") as out:
+      out.write(f.read_bytes())
+  with storage.open_file(f"{gcs}/models/tok/tiny.model", "wb") as out:
+    out.write(tiny_model_path().read_bytes())
+
+  loaded = load_model(f"{gcs}/models/hf", dtype="float32")
+  want, got = nnx.state(model, nnx.Param), nnx.state(loaded, nnx.Param)
+  assert jax.tree.structure(want) == jax.tree.structure(got)
+  for a, b in zip(jax.tree.leaves(want), jax.tree.leaves(got), strict=True):
+    np.testing.assert_array_equal(np.asarray(a, np.float32), np.asarray(b, np.float32))
+  copy = tmp_path / "cache" / "gs" / gcs[len("gs://"):] / "models" / "hf" / "config.json"
+  assert copy.is_file()
+  before = copy.stat().st_mtime_ns
+  storage.local_copy(f"{gcs}/models/hf")  # what is there already is not fetched again
+  assert copy.stat().st_mtime_ns == before
+
+  text = "The agent writes: aeiou, 42."
+  tok = load_tokenizer(f"{gcs}/models/tok/tiny.model")
+  assert tok.encode(text) == load_tiny().encode(text)
+  with pytest.raises(storage.StorageError, match="no such file or directory"):
+    load_tokenizer(f"{gcs}/models/no-tokenizer")

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from spade_jax import storage
-from spade_jax.metrics import curriculum
-from spade_jax.metrics.curriculum_log import CurriculumLog
+from spade_jax.metrics import step_scalars
+from spade_jax.metrics.env_log import EnvLog
 from spade_jax.metrics.tensorboard import SummaryWriter
 from spade_jax.selfplay.record import EnvReport, StepRecord
 
@@ -79,7 +79,7 @@ class StepLogger:
                clock: Callable[[], float] = time.monotonic):
     self.num_steps = num_steps
     self.embedder = embedder  # a vendi.SentenceEmbedder, or None
-    self._window = curriculum.LearnableWindow()
+    self._window = step_scalars.LearnableWindow()
     self._observed: int | None = None
     self.num_text_summaries = num_text_summaries
     self._valid_rate: float | None = None  # of the active set's generation
@@ -90,7 +90,7 @@ class StepLogger:
     self._last_step: int | None = None
     self._intervals: list[tuple[float, int]] = []  # (seconds, steps) between writes
     self._writer = SummaryWriter(storage.join(workdir, "tb")) if is_chief else None
-    self._curriculum_log = CurriculumLog(workdir) if is_chief else None
+    self._env_log = EnvLog(workdir) if is_chief else None
     self._log = storage.Appender(storage.join(workdir, "log.txt")) if is_chief else None
 
   def eta(self, step: int) -> float:
@@ -109,8 +109,8 @@ class StepLogger:
     if record.step == self._observed:
       return None
     self._observed = record.step
-    if self._curriculum_log is not None:
-      self._curriculum_log.append(record)
+    if self._env_log is not None:
+      self._env_log.append(record)
     share = self._window.add(record)
     if share is None and record.step == self.num_steps:
       share = self._window.value()
@@ -136,7 +136,7 @@ class StepLogger:
     steps = record.step - self._last_step if self._last_step is not None else 1
     self._intervals.append((now - self._last, max(steps, 1)))  # writes may skip steps
     self._last, self._last_step = now, record.step
-    metrics = curriculum.step_metrics(record, self.embedder)
+    metrics = step_scalars.step_metrics(record, self.embedder)
     if record.refreshed:
       self._valid_rate = metrics.get("curriculum/valid_rate")
     elif self._valid_rate is not None:

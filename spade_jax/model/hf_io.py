@@ -24,6 +24,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from spade_jax import storage
 from spade_jax.model import hf_config, hf_safetensors
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.qwen3 import Qwen3
@@ -95,7 +96,10 @@ def _to_torch(kernel: np.ndarray, n_in: int) -> np.ndarray:
 
 
 def resolve_checkpoint(path: str | os.PathLike[str]) -> pathlib.Path:
-  """A local checkpoint directory, downloading a hub id ("org/name") if it is not one."""
+  """A local checkpoint directory: a gs:// one copied (`storage.local_copy`), a hub id
+  ("org/name") downloaded."""
+  if storage.is_url(path):
+    return storage.local_copy(path)
   local = pathlib.Path(path).expanduser()
   if local.is_dir():
     return local

@@ -7,8 +7,8 @@ tests; `contract.CONTRACT_TEXT` is what the designer is told to write.
 from spade_jax.sandbox.api import ERROR_KINDS, EnvPool, EnvStep, ValidationResult
 from spade_jax.sandbox.contract import ALLOWED_IMPORTS, CONTRACT_TEXT
 from spade_jax.sandbox.fake import FakePool
+from spade_jax.sandbox.isolation import SandboxUnavailable
 from spade_jax.sandbox.pool import SandboxPool
-from spade_jax.sandbox.probe import SandboxUnavailable
 
 __all__ = ["ALLOWED_IMPORTS", "CONTRACT_TEXT", "ERROR_KINDS", "EnvPool", "EnvStep", "FakePool",
            "SandboxPool", "SandboxUnavailable", "ValidationResult"]

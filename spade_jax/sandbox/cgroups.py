@@ -5,7 +5,7 @@ so many live episodes cannot exhaust the host together, and a fork bomb that got
 the per-episode limits still meets `pids.max`. Groups are created under the trainer's
 own group of each controller (so outer limits still apply) and removed when the worker
 stops; `sweep` removes the empty groups of trainers that were killed before they could.
-Used only where the probe found the controllers writable.
+Used only where the isolation detection found the controllers writable.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 
-from spade_jax.sandbox import contract, probe
+from spade_jax.sandbox import contract, isolation
 from spade_jax.sandbox.pool import SandboxPool
 
 
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("files", nargs="+", metavar="FILE.py")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--actions", metavar="ACTIONS.txt", help="one action per line")
-  parser.add_argument("--isolation", default="strict", choices=probe.LEVELS)
+  parser.add_argument("--isolation", default="strict", choices=isolation.LEVELS)
   args = parser.parse_args(argv)
   actions = []
   if args.actions:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
       parser.error(f"cannot read --actions file: {exc}")
   try:
     pool = SandboxPool(num_workers=1, isolation=args.isolation)
-  except probe.SandboxUnavailable as exc:
+  except isolation.SandboxUnavailable as exc:
     print(f"sandbox unavailable: {exc}", file=sys.stderr)
     return 3
   with pool:

@@ -52,7 +52,7 @@ class FakePool:
       if not static.valid:
         results.append(static)
         continue
-      trial = validate.plan()
+      trial = validate.build_trial()
       data = runner.validation_run(source, static.class_name, trial, VALIDATION_LIMITS)
       results.append(validate.judge(_decode(data), static.class_name, trial, self.rules))
     return results

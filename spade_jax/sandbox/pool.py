@@ -20,7 +20,8 @@ import resource
 import time
 from collections.abc import Hashable, Sequence
 
-from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, probe, validate
+from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, validate
+from spade_jax.sandbox import isolation as isolation_lib
 from spade_jax.sandbox.api import EnvStep, OracleActions, ValidationResult
 from spade_jax.sandbox.worker_handle import ACK_TIMEOUT_S, WorkerError, WorkerHandle
 
@@ -56,20 +57,20 @@ class SandboxPool:
                validation_timeout_s: float = contract.VALIDATION_TIMEOUT_S,
                cpu_s: int = 60, fsize_mb: int = 1, nofile: int = 32,
                worker_memory_mb: int = 8192, worker_pids: int = 4096):
-    """Probes the host, starts the workers and runs one smoke episode.
+    """Detects the host's isolation layers, starts the workers and runs one smoke episode.
 
     num_workers: jails (zygotes); each hosts any number of live episode processes, which
       run in parallel, so this bounds fault blast radius and fork throughput, not
       concurrency. max_turns: the framework's turn cap (an environment's own max_turns
       can only lower it). memory_mb, cpu_s, fsize_mb, nofile: rlimits of each episode
       process. worker_memory_mb, worker_pids: cgroup caps per worker where available.
-    isolation: "strict" | "basic" | "none", the least the pool accepts (probe.py).
+    isolation: "strict" | "basic" | "none", the least the pool accepts (isolation.py).
     check_constant, require_tools, require_oracle: validation rules (validate.Rules).
-    Raises probe.SandboxUnavailable when the host cannot provide it.
+    Raises SandboxUnavailable (isolation.py) when the host cannot provide it.
     """
     _raise_fd_limit()
-    self.layers = probe.probe()
-    self.setup = probe.plan(isolation, self.layers)
+    self.layers = isolation_lib.detect_layers()
+    self.setup = isolation_lib.worker_setup(isolation, self.layers)
     self.limits = {"memory_mb": memory_mb, "cpu_s": cpu_s, "fsize_mb": fsize_mb,
                    "nofile": nofile, "nproc": 1, "worker_memory_mb": worker_memory_mb,
                    "worker_pids": worker_pids}
@@ -89,11 +90,11 @@ class SandboxPool:
       smoke = self.reset([("__smoke__", contract.EXAMPLE_ENV, 0)])[0]
     except WorkerError as exc:
       self.close()
-      raise probe.SandboxUnavailable(str(exc)) from None
+      raise isolation_lib.SandboxUnavailable(str(exc)) from None
     self.close_episodes(["__smoke__"])
     if smoke.error_kind is not None:
       self.close()
-      raise probe.SandboxUnavailable(f"sandbox smoke test failed: {smoke.error_detail}")
+      raise isolation_lib.SandboxUnavailable(f"sandbox smoke test failed: {smoke.error_detail}")
 
   def __enter__(self) -> SandboxPool:
     return self
@@ -202,8 +203,8 @@ class SandboxPool:
 
   def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
     results: list[ValidationResult] = [validate.static_check(s) for s in sources]
-    trial = validate.plan()
-    requests = [(i, json.dumps({"op": "validate", "source": sources[i], "plan": trial,
+    trial = validate.build_trial()
+    requests = [(i, json.dumps({"op": "validate", "source": sources[i], "trial": trial,
                                 "class": r.class_name}).encode())
                 for i, r in enumerate(results) if r.valid]
     replies = self._start(requests, self.validation_timeout_s, 16 * contract.MAX_MESSAGE_BYTES)

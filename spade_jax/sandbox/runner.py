@@ -130,12 +130,12 @@ class EnvInstance:
     return encode({"ok": actions}, self.limits["max_msg_bytes"])
 
 
-def validation_run(source: str, class_name: str, plan: dict, limits: dict) -> bytes:
-  """Plays the validator's plan and returns every raw result with its duration.
+def validation_run(source: str, class_name: str, trial: dict, limits: dict) -> bytes:
+  """Plays the validator's trial and returns every raw result with its duration.
 
   Every episode runs on a fresh instance; each run records its kind, seed, the actions it
   sent and the raw results of reset and each step. Kinds (validate.py judges them):
-    trial   every action set of the plan on every seed;
+    trial   every action set of the trial on every seed;
     replay  every action set again on the first seed (determinism of whole episodes);
     tool    one schema-valid call of each declared tool on the first two seeds, and
     plain   one plain text reply on the same seeds (a tool call must not be answered so);
@@ -149,7 +149,7 @@ def validation_run(source: str, class_name: str, plan: dict, limits: dict) -> by
   except BaseException as exc:
     return encode(error("exception", describe_exception(exc)), limits["max_msg_bytes"])
   runs = []
-  for job in _jobs(plan, attrs, "oracle_actions" in dir(cls)):
+  for job in _jobs(trial, attrs, "oracle_actions" in dir(cls)):
     run = _play(cls, job, limits["max_obs_chars"])
     runs.append(run)
     if "err" in run["calls"][0][0] and run["calls"][0][0].get("stage") == "init":
@@ -158,23 +158,23 @@ def validation_run(source: str, class_name: str, plan: dict, limits: dict) -> by
   return encode({"ok": reply}, limits["max_msg_bytes"])
 
 
-def _jobs(plan: dict, attrs: dict, has_oracle: bool) -> list[dict]:
-  seeds, probe_seeds = list(plan["seeds"]), list(plan["probe_seeds"])
+def _jobs(trial: dict, attrs: dict, has_oracle: bool) -> list[dict]:
+  seeds, probe_seeds = list(trial["seeds"]), list(trial["probe_seeds"])
   jobs = [{"kind": "trial", "set": k, "seed": seed, "actions": actions}
-          for k, actions in enumerate(plan["action_sets"]) for seed in seeds]
+          for k, actions in enumerate(trial["action_sets"]) for seed in seeds]
   jobs += [{"kind": "replay", "set": k, "seed": seeds[0], "actions": actions}
-           for k, actions in enumerate(plan["action_sets"])]
+           for k, actions in enumerate(trial["action_sets"])]
   calls = tool_calls(attrs.get("tools"))
   for seed in seeds[:2] if calls else ():
     jobs += [{"kind": "tool", "seed": seed, "actions": [c]} for c in calls]
-    jobs.append({"kind": "plain", "seed": seed, "actions": [plan["plain_reply"]]})
+    jobs.append({"kind": "plain", "seed": seed, "actions": [trial["plain_reply"]]})
   if has_oracle:
     jobs += [{"kind": "oracle", "seed": seed} for seed in probe_seeds]
   steps = attrs.get("max_turns")
-  steps = min(steps, plan["probe_steps"]) if type(steps) is int and steps > 0 else plan[
+  steps = min(steps, trial["probe_steps"]) if type(steps) is int and steps > 0 else trial[
       "probe_steps"]
   jobs += [{"kind": "probe", "policy": policy, "seed": seed, "steps": steps}
-           for policy in plan["probes"] for seed in probe_seeds]
+           for policy in trial["probes"] for seed in probe_seeds]
   return jobs
 
 

@@ -2,7 +2,7 @@
 
 `static_check` never executes the source: syntax, size, imports against the allowlist,
 a few names and dunder attributes that only escape attempts use, exactly one class with
-`reset` and `step`. It is a first filter; isolation is the pool's job. `plan` builds the
+`reset` and `step`. It is a first filter; isolation is the pool's job. `build_trial` builds the
 trial the sandbox plays (every validation seed, then seed 0 again) and `judge` turns its
 raw replies into a `ValidationResult`.
 
@@ -108,7 +108,7 @@ class Rules:
   require_oracle: bool = False  # oracle_actions() must be defined (and it is always played)
 
 
-def plan(seed: int = 0) -> dict:
+def build_trial(seed: int = 0) -> dict:
   """The trial: action sets on every validation seed, then the guards' episodes (runner.py)."""
   rng = random.Random(seed)
   return {"seeds": list(contract.VALIDATION_SEEDS),

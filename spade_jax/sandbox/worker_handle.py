@@ -19,7 +19,7 @@ import socket
 import subprocess
 import time
 
-from spade_jax.sandbox import cgroups, contract, jail, probe, runner, zygote
+from spade_jax.sandbox import cgroups, contract, isolation, jail, runner, zygote
 
 _SOURCES = {name: pathlib.Path(module.__file__).read_text() for name, module in
             (("jail", jail), ("runner", runner), ("zygote", zygote))}
@@ -44,7 +44,7 @@ class WorkerHandle:
   """One jailed zygote that forks episode processes; see zygote.py for the process tree."""
 
   def __init__(self, index: int, setup: dict, limits: dict):
-    """setup: from probe.plan; limits: per-episode rlimits and the worker's cgroup caps."""
+    """setup: from isolation.worker_setup; limits: per-episode rlimits, worker cgroup caps."""
     self.index = index
     self.pid_namespace = "pid" in setup["namespaces"]
     self.next_token = 0
@@ -55,13 +55,13 @@ class WorkerHandle:
                runner_limits={"max_obs_chars": contract.MAX_OBS_CHARS,
                               "max_msg_bytes": contract.MAX_MESSAGE_BYTES * 16},
                preimport=sorted(contract.ALLOWED_IMPORTS), tmp_mb=16,
-               extra_dirs=probe.interpreter_dirs(),
+               extra_dirs=isolation.interpreter_dirs(),
                uid_base=_uid_base() if setup["drop_uid"] else None, uid_span=UID_SPAN,
                scan_strays="pid" in setup["namespaces"] and not setup["seccomp"],
                private_tmp="mount" in setup["namespaces"])
     try:
       self.proc = subprocess.Popen(
-          [probe.interpreter(), "-I", "-S", "-c", _SOURCES["zygote"]], stdin=subprocess.PIPE,
+          [isolation.interpreter(), "-I", "-S", "-c", _SOURCES["zygote"]], stdin=subprocess.PIPE,
           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(child.fileno(),),
           start_new_session=True, env={}, cwd="/")
     except OSError as exc:

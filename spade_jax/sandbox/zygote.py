@@ -104,7 +104,7 @@ def episode_loop(runner, req: int, resp: int, limits: dict) -> None:
     elif msg["op"] == "oracle":
       reply = episode.oracle()
     else:
-      reply = runner.validation_run(msg["source"], msg["class"], msg["plan"], limits)
+      reply = runner.validation_run(msg["source"], msg["class"], msg["trial"], limits)
     write_frame(resp, reply)
 
 

@@ -14,8 +14,8 @@ documentation of sympy, scipy, mpmath, networkx and numpy (nothing is downloaded
 passage carries its origin ("the documentation of <module>" / "the corpus file <name>"),
 which the designer prompt names. Every host reads the whole document list, keeps its own
 shard (`index::count`, so shards are disjoint and cover the corpus) and walks it in a seeded
-order that is reshuffled every epoch. The position is a small dict (`get_state` /
-`set_state`) saved in checkpoints, so a resumed run continues with the next passage instead of
+order that is reshuffled every epoch. The position is a small dict (`state_dict` /
+`load_state_dict`) saved in checkpoints, so a resumed run continues with the next passage instead of
 replaying the first ones.
 
   python -m spade_jax.selfplay.corpus stats [--paths FILE ...]
@@ -174,12 +174,12 @@ class Corpus:
   def take(self, n: int) -> list[Passage]:
     return [self.next() for _ in range(n)]
 
-  def get_state(self) -> dict[str, Any]:
+  def state_dict(self) -> dict[str, Any]:
     """JSON-serialisable position, with what is needed to reject a mismatched restore."""
     return {"iterator": self._iter.get_state(), "num_documents": self.num_documents,
             "shard": list(self.shard)}
 
-  def set_state(self, state: Mapping[str, Any]) -> None:
+  def load_state_dict(self, state: Mapping[str, Any]) -> None:
     for key, mine in (("num_documents", self.num_documents), ("shard", list(self.shard))):
       if state.get(key) != mine:
         raise ValueError(f"corpus state was saved with {key}={state.get(key)!r} but this run "

@@ -37,7 +37,7 @@ from spade_jax.selfplay.episodes import Episode, EpisodeSettings, EpisodeSpec, p
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 from spade_jax.selfplay.record import ARMS, EnvReport, StepRecord
 from spade_jax.selfplay.rlve import DifficultyWindows
-from spade_jax.selfplay.schedule import ActiveEnv, Curriculum, PendingDesign, split_budget
+from spade_jax.selfplay.schedule import ActiveEnv, EnvSchedule, PendingDesign, split_budget
 from spade_jax.selfplay.seeding import derive_rng, derive_seed
 from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.selfplay.timing import Timings
@@ -57,8 +57,8 @@ class SelfPlayLoop:
 
   `trainer` needs `train_step(TrainBatch) -> dict[str, float]` and `params` (what the engine
   loads after each update). `corpus` needs `take(n)` of passages with `.doc_id`, `.text` and
-  `.origin`, and `get_state()` / `set_state()`. `library` holds the seed environments as memory
-  entries (origin "seed"): the initial memory and the fixed-environment set.
+  `.origin`, and `state_dict()` / `load_state_dict()`. `library` holds the seed environments as
+  memory entries (origin "seed"): the initial memory and the fixed-environment set.
   """
 
   def __init__(self, settings: SelfPlaySettings, *, engine, pool, tokenizer, trainer,
@@ -72,7 +72,7 @@ class SelfPlayLoop:
       raise ValueError(f"fixed_envs needs seed environments in the skills {settings.skills}")
     self.memory = memory if memory is not None else EnvMemory(
         settings.memory_capacity, [dataclasses.replace(e) for e in self.library])
-    self.curriculum = Curriculum(settings.k)
+    self.schedule = EnvSchedule(settings.k)
     self.rlve = None
     if settings.fixed_envs == "rlve":
       levels = {e.uid: declared_levels(e.source) for e in self.library}
@@ -89,20 +89,20 @@ class SelfPlayLoop:
   def state_dict(self) -> dict[str, Any]:
     """JSON-ready host state: step, memory, curriculum window and corpus position."""
     return {"step": self.step_index, "updates": self.num_updates,
-            "memory": self.memory.to_state(),
-            "curriculum": self.curriculum.to_state(),
-            "corpus": self.corpus.get_state() if self.corpus is not None else None,
-            "rlve": self.rlve.to_state() if self.rlve is not None else None}
+            "memory": self.memory.state_dict(),
+            "curriculum": self.schedule.state_dict(),
+            "corpus": self.corpus.state_dict() if self.corpus is not None else None,
+            "rlve": self.rlve.state_dict() if self.rlve is not None else None}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
     self.step_index = int(state["step"])
     self.num_updates = int(state.get("updates", self.step_index))
-    self.memory = EnvMemory.from_state(state["memory"])
-    self.curriculum = Curriculum.from_state(state["curriculum"], self.settings.k)
+    self.memory.load_state_dict(state["memory"])
+    self.schedule.load_state_dict(state["curriculum"])
     if self.corpus is not None and state.get("corpus") is not None:
-      self.corpus.set_state(state["corpus"])
+      self.corpus.load_state_dict(state["corpus"])
     if self.rlve is not None and state.get("rlve") is not None:
-      self.rlve.load_state(state["rlve"])
+      self.rlve.load_state_dict(state["rlve"])
 
   # ------------------------------------------------------------------------- the step
   def step(self, final: bool = False) -> StepRecord:
@@ -112,11 +112,11 @@ class SelfPlayLoop:
     start = time.perf_counter()
     refresh = _Refresh([], [])
     scored = []
-    refreshed = self.curriculum.is_refresh(t)
+    refreshed = self.schedule.is_refresh(t)
     if refreshed:
-      scored = self.curriculum.close_window(t, self.reward_fn)
+      scored = self.schedule.close_window(t, self.reward_fn)
       refresh = self._refresh(t, timings)
-      self.curriculum.open_window(t, refresh.envs, refresh.designs if s.train_designer else [])
+      self.schedule.open_window(t, refresh.envs, refresh.designs if s.train_designer else [])
     episodes = self._play(t, timings)
     reports = self._record_play(episodes)
     if self.rlve is not None:
@@ -124,7 +124,7 @@ class SelfPlayLoop:
         self.rlve.record(report.uid, report.difficulty, report.returns["no_hint"])
       self.rlve.update()
     if final:  # the last window's designs can never come due: train them now
-      scored += self.curriculum.close_window(t, self.reward_fn, final=True)
+      scored += self.schedule.close_window(t, self.reward_fn, final=True)
     samples = batching.agent_samples(episodes, t, s.train_agent_on_hint_arm)
     n_agent = len(samples)
     targets = designer_targets(
@@ -146,7 +146,7 @@ class SelfPlayLoop:
     self.step_index = t
     times = {"generate_s": 0.0, "sandbox_s": 0.0, "train_s": 0.0, **timings.as_dict(),
              "step_s": time.perf_counter() - start}
-    active = self.curriculum.active
+    active = self.schedule.active
     return StepRecord(
         step=t, refreshed=refreshed, num_envs=s.num_envs,
         designer_requests=refresh.requests, designer_valid=refresh.valid,
@@ -230,7 +230,7 @@ class SelfPlayLoop:
   def _play(self, t: int, timings: Timings) -> list[Episode]:
     s = self.settings
     specs = []
-    for env in self.curriculum.active:
+    for env in self.schedule.active:
       cap = min(s.max_turns, env.max_turns) if env.max_turns else s.max_turns
       for arm in self.arms:
         for g in range(s.group_size):
@@ -252,7 +252,7 @@ class SelfPlayLoop:
     for ep in episodes:
       by_env[ep.spec.env_uid][ep.spec.arm].append(ep)
     reports = []
-    for env in self.curriculum.active:
+    for env in self.schedule.active:
       arms = by_env[env.uid]
       kept = {arm: [e for e in arms[arm] if e.playable] for arm in ARMS}
       returns = {arm: [e.episode_return for e in kept[arm]] for arm in ARMS}
@@ -273,7 +273,7 @@ class SelfPlayLoop:
 
   def _update_memory(self, t: int) -> None:
     """Upserts the window's statistics; `times_played` counts windows, not steps."""
-    for env in self.curriculum.active:
+    for env in self.schedule.active:
       stats = dict(win_rate_no_hint=env.returns.pooled_mean("no_hint"),
                    win_rate_hint=env.returns.pooled_mean("hint"),
                    regret=regret.hint_regret(env.returns), step=t)

@@ -23,7 +23,7 @@ appear now and then at the floor (they show the designer what is too easy or wha
 Entries of the requested categories are drawn first; the rest tops up a sample when those run
 out.
 
-`to_state()` / `from_state()` give a JSON-ready dict for checkpoints.
+`state_dict()` / `load_state_dict()` give and take a JSON-ready dict for checkpoints.
 """
 
 from __future__ import annotations
@@ -122,15 +122,14 @@ class EnvMemory:
     picked = _weighted_pick(preferred, n, rng)
     return picked + _weighted_pick(others, n - len(picked), rng)
 
-  def to_state(self) -> dict:
+  def state_dict(self) -> dict:
     return {"capacity": self.capacity,
             "entries": [dataclasses.asdict(e) for e in self._entries.values()]}
 
-  @classmethod
-  def from_state(cls, state: dict) -> EnvMemory:
-    memory = cls(int(state["capacity"]))
-    memory._entries = {e["uid"]: MemoryEntry(**e) for e in state["entries"]}
-    return memory
+  def load_state_dict(self, state: dict) -> None:
+    """Replaces capacity and entries with the saved ones."""
+    self.capacity = int(state["capacity"])
+    self._entries = {e["uid"]: MemoryEntry(**e) for e in state["entries"]}
 
 
 def _weighted_pick(entries: list[MemoryEntry], n: int,

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
 from spade_jax.envs.library import SEEDS_DIR, read_manifest
-from spade_jax.sandbox import contract, probe
+from spade_jax.sandbox import contract, isolation
 from spade_jax.sandbox.api import EnvPool
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.selfplay import replies as replies_lib
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="play the hint arm (alone: the seed library's hint of ENV.py)")
   parser.add_argument("--action-format", default="<action>{}</action>")
   parser.add_argument("--tokenizer", default="tiny", help='"tiny" or a checkpoint directory')
-  parser.add_argument("--isolation", default="strict", choices=probe.LEVELS)
+  parser.add_argument("--isolation", default="strict", choices=isolation.LEVELS)
   args = parser.parse_args(argv)
   try:
     source = pathlib.Path(args.env).read_text(encoding="utf-8")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
       parser.error(f"--hint without TEXT needs a seed library file; {args.env} is not one")
   try:
     pool = SandboxPool(num_workers=1, isolation=args.isolation)
-  except probe.SandboxUnavailable as exc:
+  except isolation.SandboxUnavailable as exc:
     print(f"sandbox unavailable: {exc}", file=sys.stderr)
     return 3
   with pool:

@@ -40,12 +40,12 @@ class ArmReturns:
     values = [r for step in getattr(self, arm) for r in step]
     return sum(values) / len(values) if values else None
 
-  def to_state(self) -> dict:
+  def state_dict(self) -> dict:
     return {"no_hint": self.no_hint, "hint": self.hint}
 
-  @classmethod
-  def from_state(cls, state: dict) -> ArmReturns:
-    return cls([list(s) for s in state["no_hint"]], [list(s) for s in state["hint"]])
+  def load_state_dict(self, state: dict) -> None:
+    self.no_hint = [list(s) for s in state["no_hint"]]
+    self.hint = [list(s) for s in state["hint"]]
 
 
 def mean(values: list[float]) -> float | None:

@@ -73,10 +73,10 @@ class DifficultyWindows:
       self._sum[uid], self._count[uid] = 0.0, 0
     return checked
 
-  def to_state(self) -> dict:
+  def state_dict(self) -> dict:
     return {"upper": dict(self.upper), "sum": dict(self._sum), "count": dict(self._count)}
 
-  def load_state(self, state: Mapping) -> None:
+  def load_state_dict(self, state: Mapping) -> None:
     if set(state["upper"]) != set(self.levels):
       raise ValueError(f"RLVE state covers environments {sorted(state['upper'])}, this run has "
                        f"{sorted(self.levels)}")

@@ -20,8 +20,9 @@ measured while the agent played its environments. The run's last step is the exc
 `close_window(T, ..., final=True)` after its play scores every pending design on the returns
 its window has so far, so the last refresh's designs are trained too (docs/selfplay.md).
 
-`Curriculum.to_state()` is JSON (lists and numbers only) and goes into checkpoints, so a
-resumed run continues the window and the pending designer update where they stopped.
+`EnvSchedule.state_dict()` is JSON (lists and numbers only) and goes into checkpoints (key
+"curriculum"), so a resumed run continues the window and the pending designer update where
+they stopped (`load_state_dict`).
 """
 
 from __future__ import annotations
@@ -46,14 +47,10 @@ class ActiveEnv:
   returns: ArmReturns = dataclasses.field(default_factory=ArmReturns)
   difficulty: int | None = None  # the level `source` is pinned at (Fixed-env RLVE)
 
-  def to_state(self) -> dict:
+  def state_dict(self) -> dict:
     state = dataclasses.asdict(self)
-    state["returns"] = self.returns.to_state()
+    state["returns"] = self.returns.state_dict()
     return state
-
-  @classmethod
-  def from_state(cls, state: dict) -> ActiveEnv:
-    return cls(**{**state, "returns": ArmReturns.from_state(state["returns"])})
 
 
 @dataclasses.dataclass
@@ -71,9 +68,8 @@ class PendingDesign:
   error: str | None = None
   policy_version: int = 0  # trainer updates the sampling policy had seen
 
-  @classmethod
-  def from_state(cls, state: dict) -> PendingDesign:
-    return cls(**state)
+  def state_dict(self) -> dict:
+    return dataclasses.asdict(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +82,7 @@ class ScoredDesign:
     return self.design.env_uid is not None
 
 
-class Curriculum:
+class EnvSchedule:
   """Active window, pending designer samples and the refresh rule."""
 
   def __init__(self, k: int):
@@ -128,21 +124,24 @@ class Curriculum:
     self.active = list(envs)
     self.pending.extend(designs)
 
-  def to_state(self) -> dict:
+  def state_dict(self) -> dict:
     return {"k": self.k, "window_start": self.window_start,
-            "active": [e.to_state() for e in self.active],
-            "pending": [dataclasses.asdict(d) for d in self.pending]}
+            "active": [e.state_dict() for e in self.active],
+            "pending": [d.state_dict() for d in self.pending]}
 
-  @classmethod
-  def from_state(cls, state: dict, k: int) -> Curriculum:
-    if state["k"] != k:
-      raise ValueError(f"the checkpoint's curriculum was run with k={state['k']} but "
-                       f"config.selfplay.k={k}; resume with the same k")
-    curriculum = cls(k)
-    curriculum.window_start = state["window_start"]
-    curriculum.active = [ActiveEnv.from_state(e) for e in state["active"]]
-    curriculum.pending = [PendingDesign.from_state(d) for d in state["pending"]]
-    return curriculum
+  def load_state_dict(self, state: dict) -> None:
+    if state["k"] != self.k:
+      raise ValueError(f"the checkpoint's schedule was run with k={state['k']} but "
+                       f"config.selfplay.k={self.k}; resume with the same k")
+    self.window_start = state["window_start"]
+    self.active = [_active_env(e) for e in state["active"]]
+    self.pending = [PendingDesign(**d) for d in state["pending"]]
+
+
+def _active_env(state: dict) -> ActiveEnv:
+  returns = ArmReturns()
+  returns.load_state_dict(state["returns"])
+  return ActiveEnv(**{**state, "returns": returns})
 
 
 def split_budget(num_envs: int, categories: list[str]) -> list[str]:

@@ -22,7 +22,8 @@ from spade_jax.selfplay.regret import get_designer_reward
 from spade_jax.selfplay.replies import check_action_format
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
-LIBRARIES = ("seeds", "probe")
+LIBRARIES = ("seeds", "vowels")
+RENAMED_LIBRARIES = {"probe": "vowels"}  # an old value fails naming its new one (issue 27)
 FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
 # How invalid designs enter the designer's advantage (selfplay/designer_advantage.py).
 DESIGNER_ADVANTAGES = ("discard", "penalty", "two_level")
@@ -73,8 +74,8 @@ class SelfPlaySettings:
   fixed_envs: str = ""  # one of FIXED_ENVS: "" (SPADE), "grpo" or "rlve" (seed library)
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
-  # The library memory starts from: "seeds" (the setting's seed environments) or "probe" (the
-  # dense-reward probe environment in every skill, so a random model earns varied returns).
+  # The library memory starts from: "seeds" (the setting's seed environments) or "vowels" (the
+  # dense-reward vowels environment in every skill, so a random model earns varied returns).
   library: str = "seeds"
   memory_capacity: int = 512  # environments kept; eviction rule in selfplay/memory.py
   memory_sample_size: int = 4  # memory entries shown in each designer prompt
@@ -97,8 +98,9 @@ class SelfPlaySettings:
              self.skills, "a non-empty tuple of distinct category names")
     _require(self.categories_per_step <= len(self.skills), field_path("categories_per_step"),
              self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
+    renamed = RENAMED_LIBRARIES.get(self.library)
     _require(self.library in LIBRARIES, field_path("library"), self.library,
-             f"one of {LIBRARIES}")
+             f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
     _require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
              f"one of {FIXED_ENVS}")
     _require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),

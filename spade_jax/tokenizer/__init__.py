@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import pathlib
 
+from spade_jax import storage
 from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS, Tokenizer
 from spade_jax.tokenizer.chat_template import default_chat_template, render_chat
 from spade_jax.tokenizer.hf import HFTokenizer
@@ -27,13 +28,14 @@ def load_tokenizer(path_or_name: str | os.PathLike[str]) -> Tokenizer:
 
   Args:
     path_or_name: "tiny" (bundled SentencePiece, vocab 1024); a SentencePiece `.model` file;
-      a directory with tokenizer.json (+ tokenizer_config.json / chat_template.jinja); or a hub
-      id such as "Qwen/Qwen3-0.6B" (downloaded with huggingface_hub; needs network).
+      a directory with tokenizer.json (+ tokenizer_config.json / chat_template.jinja), either
+      local or a gs:// URL (copied with `storage.local_copy`); or a hub id such as
+      "Qwen/Qwen3-0.6B" (downloaded with huggingface_hub; needs network).
   """
   name = os.fspath(path_or_name)
   if name == "tiny":
     return load_tiny()
-  path = pathlib.Path(name).expanduser()
+  path = storage.local_copy(name) if storage.is_url(name) else pathlib.Path(name).expanduser()
   if path.is_file() and path.suffix == ".model":
     return SentencePieceTokenizer(path)
   if path.is_dir():

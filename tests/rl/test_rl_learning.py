@@ -1,7 +1,7 @@
 """The pieces learn together: GRPO through the real engine and sandbox raises the return.
 
-The tiny model (random init) plays the bundled two-turn probe environment
-(spade_jax/envs/probe, reward = share of vowels in each answer) in the sandbox pool,
+The tiny model (random init) plays the bundled two-turn vowels environment
+(spade_jax/envs/vowels, reward = share of vowels in each answer) in the sandbox pool,
 sampling through the slot engine, whose behaviour log-probs feed the trainer. Its mean
 return must rise clearly within a few steps (fixed seeds), training the full weights or,
 with LoRA, only the adapters (the engine samples with the adapters on).
@@ -13,7 +13,7 @@ from flax import nnx
 
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.envs.probe import VOWELS_SOURCE
+from spade_jax.envs.vowels import VOWELS_SOURCE
 from spade_jax.model import Qwen3, get_preset
 from spade_jax.rl.batch import AGENT, TrainBatch
 from spade_jax.rl.trainer import Trainer

@@ -10,7 +10,7 @@ import time
 import pytest
 from sandbox_procs import descendants, settled_descendants
 
-from spade_jax.sandbox import cgroups, contract, probe
+from spade_jax.sandbox import cgroups, contract, isolation
 from spade_jax.sandbox.pool import SandboxPool
 
 COUNTER = """
@@ -103,17 +103,17 @@ def test_close_leaves_no_process_and_strict_refusal():
   finally:  # a failure must not leave this pool's processes to the next tests' checks
     pool.close()
   assert settled_descendants(os.getpid(), len(before)) == before
-  layers = probe.Layers(root=False, namespaces=False, user_namespaces=False, seccomp=False,
+  layers = isolation.Layers(root=False, namespaces=False, user_namespaces=False, seccomp=False,
                         cgroup_v1=(), bubblewrap=False, machine="x86_64", kernel="")
   for level in ("strict", "basic"):
     try:
-      probe.plan(level, layers)
+      isolation.worker_setup(level, layers)
       raise AssertionError(f"{level} accepted a host without isolation")
-    except probe.SandboxUnavailable as exc:
+    except isolation.SandboxUnavailable as exc:
       assert "isolation" in str(exc)
-  assert probe.plan("none", layers)["namespaces"] == []
-  seccomp_only = probe.Layers(**{**layers.__dict__, "seccomp": True})
-  assert probe.plan("basic", seccomp_only)["seccomp"]
+  assert isolation.worker_setup("none", layers)["namespaces"] == []
+  seccomp_only = isolation.Layers(**{**layers.__dict__, "seccomp": True})
+  assert isolation.worker_setup("basic", seccomp_only)["seccomp"]
 
 
 def test_validation_results(clean_pool):
@@ -167,7 +167,7 @@ def test_workers_die_with_a_killed_trainer():
   trainer.kill()
   trainer.wait()
   _wait_until_gone(pids)
-  controllers = probe.plan("strict", probe.probe())["cgroups"]
+  controllers = isolation.worker_setup("strict", isolation.detect_layers())["cgroups"]
   cgroups.sweep(controllers)  # what the next pool does at start
   for controller in controllers:
     names = os.listdir(cgroups.parent_dir(controller))
@@ -175,7 +175,7 @@ def test_workers_die_with_a_killed_trainer():
 
 
 FALLBACKS = {
-    # mode: (layers the probe pretends to find, isolation level, what fork/socket/kill give)
+    # mode: (layers the detection pretends to find, isolation level, what fork/socket/kill give)
     "user_namespace": (dict(namespaces=False, user_namespaces=True, seccomp=True), "strict",
                        "PermissionError PermissionError PermissionError"),
     # Namespaces without seccomp: a socket can be made (in an empty network namespace).
@@ -187,9 +187,9 @@ FALLBACKS = {
     "rlimits_only": (dict(namespaces=False, user_namespaces=False, seccomp=False), "none",
                      "BlockingIOError allowed PermissionError"),
 }
-PROBE = """
+LAYER_ENV = """
 import os, socket
-class Probe:
+class LayerCheck:
   def reset(self, seed=None):
     return "ready", {}
   def step(self, action):
@@ -209,18 +209,18 @@ class Probe:
 
 @pytest.mark.parametrize("mode", sorted(FALLBACKS))
 def test_fallback_layers(monkeypatch, mode):
-  found, isolation, expected = FALLBACKS[mode]
-  layers = dataclasses.replace(probe.probe(), **found)
-  monkeypatch.setattr(probe, "probe", lambda: layers)
+  found, level, expected = FALLBACKS[mode]
+  layers = dataclasses.replace(isolation.detect_layers(), **found)
+  monkeypatch.setattr(isolation, "detect_layers", lambda: layers)
   before = descendants(os.getpid())
-  with SandboxPool(num_workers=1, isolation=isolation, step_timeout_s=1.0) as pool:
-    expected_ns = ([*probe.NAMESPACES] if layers.namespaces else
-                   ["user", *probe.NAMESPACES] if layers.user_namespaces else [])
+  with SandboxPool(num_workers=1, isolation=level, step_timeout_s=1.0) as pool:
+    expected_ns = ([*isolation.NAMESPACES] if layers.namespaces else
+                   ["user", *isolation.NAMESPACES] if layers.user_namespaces else [])
     assert pool.setup["namespaces"] == expected_ns
-    assert pool.reset([(0, PROBE, 0)])[0].observation == "ready"
+    assert pool.reset([(0, LAYER_ENV, 0)])[0].observation == "ready"
     assert pool.step([(0, "x")])[0].observation == expected
     assert pool.step([(0, "loop")])[0].error_kind == "timeout"
-    assert pool.reset([(1, PROBE, 0)])[0].error_kind is None
+    assert pool.reset([(1, LAYER_ENV, 0)])[0].error_kind is None
   assert settled_descendants(os.getpid(), len(before)) == before
 
 

@@ -141,10 +141,10 @@ class ListCorpus:
     self.pos += n
     return out
 
-  def get_state(self):
+  def state_dict(self):
     return {"pos": self.pos}
 
-  def set_state(self, state):
+  def load_state_dict(self, state):
     self.pos = state["pos"]
 
 

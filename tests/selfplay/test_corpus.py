@@ -69,13 +69,13 @@ def test_host_shards_are_disjoint_and_cover():
 def test_state_resumes_exactly_and_rejects_other_layouts():
   c = corpus_lib.Corpus(_docs(7), seed=1, shard_index=1, shard_count=2)
   c.take(5)
-  state = json.loads(json.dumps(c.get_state()))  # what a checkpoint stores
+  state = json.loads(json.dumps(c.state_dict()))  # what a checkpoint stores
   expected = c.take(6)
   resumed = corpus_lib.Corpus(_docs(7), seed=1, shard_index=1, shard_count=2)
-  resumed.set_state(state)
+  resumed.load_state_dict(state)
   assert resumed.take(6) == expected
   with pytest.raises(ValueError, match="shard"):
-    corpus_lib.Corpus(_docs(7), seed=1, shard_index=0, shard_count=2).set_state(state)
+    corpus_lib.Corpus(_docs(7), seed=1, shard_index=0, shard_count=2).load_state_dict(state)
 
 
 def test_passages_are_cut_to_max_chars(tmp_path):

@@ -37,7 +37,7 @@ def test_the_last_step_trains_the_last_refresh_and_reports_the_behaviour_age():
   records = run(loop, 3)  # k = 2: refresh 1's design is trained at step 3, 2 updates old
   assert records[2].train_metrics["designer/behaviour_age"] == 2.0
   last = loop.step(final=True)  # step 4: refresh 3's design is due at 5, which never comes
-  assert last.designer_samples == 1 and loop.curriculum.pending == []
+  assert last.designer_samples == 1 and loop.schedule.pending == []
   assert last.designer_rewards == [1.0]  # regret over steps 3 and 4: 1 - 0
   assert last.train_metrics["designer/behaviour_age"] == 1.0
   assert loop.state_dict()["updates"] == 4

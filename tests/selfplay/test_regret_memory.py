@@ -114,7 +114,8 @@ def test_sampling_is_deterministic_and_order_independent():
 
 def test_state_round_trip_through_json():
   m = EnvMemory(4, [entry("a", p=0.5, regret=0.25, step=3), entry("b")])
-  state = json.loads(json.dumps(m.to_state()))
-  back = EnvMemory.from_state(state)
+  state = json.loads(json.dumps(m.state_dict()))
+  back = EnvMemory(1)
+  back.load_state_dict(state)
   assert back.capacity == 4 and back.entries == m.entries
-  assert back.to_state() == m.to_state()
+  assert back.state_dict() == m.state_dict()

@@ -61,10 +61,10 @@ def test_state_round_trip_and_mismatch():
   w = rlve.DifficultyWindows({"a": 3, "b": 4}, group_size=1)
   w.record("a", 0, [1.0] * 3)
   again = rlve.DifficultyWindows({"a": 3, "b": 4}, group_size=1)
-  again.load_state(w.to_state())
-  assert again.to_state() == w.to_state()
+  again.load_state_dict(w.state_dict())
+  assert again.state_dict() == w.state_dict()
   with pytest.raises(ValueError, match="RLVE state covers"):
-    rlve.DifficultyWindows({"a": 3}, group_size=1).load_state(w.to_state())
+    rlve.DifficultyWindows({"a": 3}, group_size=1).load_state_dict(w.state_dict())
 
 
 def test_at_level_pins_the_class_attribute():

@@ -1,4 +1,4 @@
-"""Curriculum windows, pending designs, budget split, settings checks and the chat delta."""
+"""Refresh windows, pending designs, budget split, settings checks and the chat delta."""
 
 import json
 
@@ -7,7 +7,7 @@ from selfplay_fakes import ByteTokenizer, make_settings
 
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.regret import hint_regret
-from spade_jax.selfplay.schedule import ActiveEnv, Curriculum, PendingDesign, split_budget
+from spade_jax.selfplay.schedule import ActiveEnv, EnvSchedule, PendingDesign, split_budget
 from spade_jax.selfplay.seeding import derive_seed
 
 
@@ -16,7 +16,7 @@ def design(refresh, index, uid, k=2):
 
 
 def test_windows_refresh_every_k_from_step_1():
-  c = Curriculum(3)
+  c = EnvSchedule(3)
   assert c.is_refresh(5)  # nothing active yet: the first step always refreshes
   c.open_window(1, [], [])
   assert [t for t in range(1, 11) if c.is_refresh(t)] == [1, 4, 7, 10]
@@ -25,7 +25,7 @@ def test_windows_refresh_every_k_from_step_1():
 
 
 def test_close_window_scores_due_designs_and_keeps_later_ones():
-  c = Curriculum(2)
+  c = EnvSchedule(2)
   env = ActiveEnv("d1.0", "designed", "c", "src", "hint", None, 1)
   c.open_window(1, [env], [design(1, 0, "d1.0"), design(1, 1, None)])
   env.returns.add_step([0.0, 0.0], [1.0, 0.0])
@@ -38,7 +38,7 @@ def test_close_window_scores_due_designs_and_keeps_later_ones():
 
 
 def test_open_window_rejects_a_wrong_due_step_and_close_a_missing_env():
-  c = Curriculum(2)
+  c = EnvSchedule(2)
   with pytest.raises(ValueError, match="due at 4"):
     c.open_window(1, [], [design(1, 0, "x", k=3)])
   c.open_window(1, [], [design(1, 0, "gone")])
@@ -46,17 +46,18 @@ def test_open_window_rejects_a_wrong_due_step_and_close_a_missing_env():
     c.close_window(3, hint_regret)
 
 
-def test_curriculum_state_round_trip_and_k_mismatch():
-  c = Curriculum(2)
+def test_schedule_state_round_trip_and_k_mismatch():
+  c = EnvSchedule(2)
   env = ActiveEnv("d1.0", "designed", "c", "src", "hint", 4, 1)
   c.open_window(1, [env], [design(1, 0, "d1.0")])
   env.returns.add_step([0.5], [1.0])
-  state = json.loads(json.dumps(c.to_state()))
-  back = Curriculum.from_state(state, 2)
-  assert back.to_state() == c.to_state()
+  state = json.loads(json.dumps(c.state_dict()))
+  back = EnvSchedule(2)
+  back.load_state_dict(state)
+  assert back.state_dict() == c.state_dict()
   assert back.active[0].returns.no_hint == [[0.5]]
   with pytest.raises(ValueError, match="k=2 but config.selfplay.k=4"):
-    Curriculum.from_state(state, 4)
+    EnvSchedule(4).load_state_dict(state)
 
 
 def test_split_budget_spreads_slots_evenly():
@@ -71,6 +72,8 @@ def test_split_budget_spreads_slots_evenly():
     (dict(designer_reward="regret"), "designer_reward='regret'"),
     (dict(setting="chess"), "config.setting='chess'"),
     (dict(skills=()), r"config.selfplay.skills=\(\): expected a non-empty"),
+    (dict(library="probe"), r"^config.selfplay.library='probe': expected one of "
+     r"\('seeds', 'vowels'\) \(renamed: use 'vowels'\)$"),
 ])
 def test_bad_settings_fail_with_the_field_name(overrides, message):
   with pytest.raises(ValueError, match=message):

@@ -24,7 +24,7 @@ from spade_jax.selfplay.record import StepRecord
 LOG_NAME = "curriculum.jsonl"
 
 
-class CurriculumLog:
+class EnvLog:
   """Appends one line per step to <workdir>/curriculum.jsonl."""
 
   def __init__(self, workdir: str | os.PathLike[str]):

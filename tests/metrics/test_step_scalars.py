@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from spade_jax.metrics import curriculum
+from spade_jax.metrics import step_scalars
 from spade_jax.selfplay.record import EnvReport, StepRecord
 
 
@@ -43,7 +43,7 @@ def test_step_metrics_exact_values():
            hint_text="Sort first.", obs="Numbers: 3 1 2"),
       _env("seed/b", "replayed", [1.0, 1.0], [1.0, 1.0], source="epsilon zeta"),
   ]
-  m = curriculum.step_metrics(_record(envs, designer_regrets=[0.5], designs_without_regret=1,
+  m = step_scalars.step_metrics(_record(envs, designer_regrets=[0.5], designs_without_regret=1,
                                       envs_without_regret=2, unplayable_episodes=3))
   assert m["curriculum/valid_rate"] == 0.25
   assert m["curriculum/diversity_vendi_per_n"] == pytest.approx(3 / 6)  # n = the budget, 6
@@ -66,23 +66,26 @@ def test_step_metrics_exact_values():
   assert m["curriculum/memory_size"] == 9.0
   assert m["designer/reward_mean"] == pytest.approx(-2.5 / 4)
   assert m["train/loss"] == 0.5 and m["train/kl"] == 0.01
-  assert m["train/logprob_gap"] == 0.002  # from the trainer's logprob_gap_mean
+  assert m["train/logprob_gap_mean"] == 0.002
+  # Each trainer metric once, under its own name (no second copy of the mean gap).
+  assert sorted(t for t in m if t.startswith("train/")) == [
+      "train/kl", "train/logprob_gap_mean", "train/loss"]
   assert m["time/generate_s"] == 3.0 and m["time/step_s"] == 6.5
 
 
 def test_learnable_bounds_inclusive_and_unmeasured_arm():
   envs = [_env("a", "designed", [0.2], [1.0]), _env("b", "designed", [0.8], [1.0]),
           _env("c", "designed", [0.81], [1.0]), _env("d", "designed", [], [1.0])]
-  m = curriculum.step_metrics(_record(envs, num_envs=4))
+  m = step_scalars.step_metrics(_record(envs, num_envs=4))
   assert m["curriculum/learnable_share_step"] == 0.5
   assert m["curriculum/regret_mean"] == pytest.approx((0.8 + 0.2 + 0.19) / 3)
 
 
 def test_no_generation_and_no_envs():
-  m = curriculum.step_metrics(_record([], refreshed=False, designer_requests=0,
+  m = step_scalars.step_metrics(_record([], refreshed=False, designer_requests=0,
                                       designer_valid=0, designed_envs=0, replayed_envs=0))
   assert "curriculum/valid_rate" not in m
-  m = curriculum.step_metrics(_record([], refreshed=False, designer_requests=0,
+  m = step_scalars.step_metrics(_record([], refreshed=False, designer_requests=0,
                                       designer_valid=0, designed_envs=0, replayed_envs=0,
                                       designer_invalid_reasons={}))
   assert not [tag for tag in m if tag.startswith("curriculum/invalid/")]
@@ -94,15 +97,15 @@ def test_no_generation_and_no_envs():
 
 def test_reveal_proxy():
   hint = "Apply Ohm's law: V = I * R, then round."
-  assert curriculum.reveals_hint("Remember V = I * R, then round to 2 places.", hint)
-  assert not curriculum.reveals_hint("Find the voltage across the resistor.", hint)
-  assert curriculum.reveals_hint("... use BFS ...", "Use BFS")  # short hint: all of it
-  assert not curriculum.reveals_hint("anything", "")
+  assert step_scalars.reveals_hint("Remember V = I * R, then round to 2 places.", hint)
+  assert not step_scalars.reveals_hint("Find the voltage across the resistor.", hint)
+  assert step_scalars.reveals_hint("... use BFS ...", "Use BFS")  # short hint: all of it
+  assert not step_scalars.reveals_hint("anything", "")
 
 
 def test_missing_trainer_metric_is_an_error():
   with pytest.raises(KeyError, match="train_metrics.kl"):
-    curriculum.step_metrics(_record([], train_metrics={"loss": 1.0, "logprob_gap": 0.0}))
+    step_scalars.step_metrics(_record([], train_metrics={"loss": 1.0, "logprob_gap_mean": 0.0}))
 
 
 def test_windowed_learnable_share_by_hand():
@@ -115,14 +118,14 @@ def test_windowed_learnable_share_by_hand():
            [],
            [_env("d", "designed", *learnable), _env("e", "designed", *learnable),
             _env("f", "designed", *other)]]
-  window = curriculum.LearnableWindow(size=4)
+  window = step_scalars.LearnableWindow(size=4)
   got = [window.add(_record(envs, step=t)) for t, envs in enumerate(steps, 1)]
   assert got[:3] == [None, None, None] and got[3] == pytest.approx(6 / 24)
   # The next window starts from zero: step 5 alone, 2 learnable of 6.
   assert window.add(_record(steps[1][:2], step=5)) is None
   assert window.value() == pytest.approx(2 / 6)
   # A budget that changes between steps weighs each step by its own budget.
-  w = curriculum.LearnableWindow(size=2)
+  w = step_scalars.LearnableWindow(size=2)
   w.add(_record(steps[0], step=1, num_envs=2))
   assert w.add(_record(steps[1], step=2, num_envs=8)) == pytest.approx((1 + 3) / 10)
 
@@ -134,17 +137,17 @@ def test_sentence_embedding_vendi_uses_the_given_embedder():
   envs = [_env("a", "designed", [0.5], [1.0], source="x1"),
           _env("b", "designed", [0.5], [1.0], source="x2"),
           _env("c", "designed", [0.5], [1.0], source="y")]
-  m = curriculum.step_metrics(_record(envs), embedder=TwoWay())
+  m = step_scalars.step_metrics(_record(envs), embedder=TwoWay())
   # K/n eigenvalues 2/3 and 1/3: Vendi = exp(H) with H the entropy of (2/3, 1/3).
   h = -(2 / 3) * math.log(2 / 3) - (1 / 3) * math.log(1 / 3)
   assert m["curriculum/diversity_vendi_embedding"] == pytest.approx(math.exp(h) / 3)
-  assert "curriculum/diversity_vendi_embedding" not in curriculum.step_metrics(_record(envs))
+  assert "curriculum/diversity_vendi_embedding" not in step_scalars.step_metrics(_record(envs))
 
 
 def test_difficulty_mean_only_with_levels():
   envs = [_env("a", "fixed", [1.0], []), _env("b", "fixed", [0.0], []),
           _env("c", "fixed", [0.0], [])]
   envs[0].difficulty, envs[1].difficulty = 2, 1  # c declares no levels
-  assert curriculum.step_metrics(_record(envs))["curriculum/difficulty_mean"] == 1.5
+  assert step_scalars.step_metrics(_record(envs))["curriculum/difficulty_mean"] == 1.5
   envs[0].difficulty = envs[1].difficulty = None
-  assert "curriculum/difficulty_mean" not in curriculum.step_metrics(_record(envs))
+  assert "curriculum/difficulty_mean" not in step_scalars.step_metrics(_record(envs))

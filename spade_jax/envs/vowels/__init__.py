@@ -1,4 +1,4 @@
-"""A bundled probe environment with a dense reward, for the trainer's learning test.
+"""A bundled vowels environment with a dense reward, for the trainer's learning test.
 
 `VOWELS_SOURCE` is the source of `VowelEcho` (vowels.py): two turns, each rewarded by the
 share of vowels in the answer. A randomly initialised tiny model scores about 0.3 (its

@@ -1,7 +1,7 @@
 """Finds out which isolation layers this host offers and picks the worker's set-up.
 
-The probe runs in a separate throwaway interpreter (the trainer never forks): it tries
-each layer in a forked child and reports what worked. `plan` turns the layers and the
+The detection runs in a separate throwaway interpreter (the trainer never forks): it tries
+each layer in a forked child and reports what worked. `worker_setup` turns the layers and the
 configured isolation level into the worker configuration, or refuses:
 
   strict  PID, network, mount, IPC and UTS namespaces with a private root (as root, or
@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 LEVELS = ("strict", "basic", "none")
 NAMESPACES = ("pid", "net", "mount", "ipc", "uts")
 
-_PROBE = r"""
+_DETECT = r"""
 import json, os, socket, sys, types
 jail = types.ModuleType("jail"); exec(sys.stdin.read(), jail.__dict__)
 def trial(fn):
@@ -86,17 +86,17 @@ class Layers:
 
 
 @functools.lru_cache(maxsize=1)
-def probe() -> Layers:
-  """Runs the probe once per process (it starts one throwaway interpreter)."""
+def detect_layers() -> Layers:
+  """Detects the layers once per process (it starts one throwaway interpreter)."""
   source = pathlib.Path(jail.__file__).read_text()
   try:
-    code = _PROBE % (list(NAMESPACES), interpreter_dirs())
+    code = _DETECT % (list(NAMESPACES), interpreter_dirs())
     out = subprocess.run([interpreter(), "-I", "-S", "-c", code],
                          input=source, capture_output=True, text=True, timeout=30, env={},
                          cwd="/", check=True).stdout
     found = json.loads(out)
   except (subprocess.SubprocessError, ValueError, OSError) as exc:
-    log.warning("sandbox probe failed (%s): assuming no namespaces and no seccomp", exc)
+    log.warning("sandbox layer detection failed (%s): assuming no namespaces and no seccomp", exc)
     found = {"namespaces": False, "user_namespaces": False, "seccomp": False}
   cgroups = tuple(c for c in ("memory", "pids") if os.access(f"/sys/fs/cgroup/{c}", os.W_OK))
   return Layers(root=os.geteuid() == 0, cgroup_v1=cgroups, bubblewrap=bool(shutil.which("bwrap")),
@@ -114,7 +114,7 @@ def interpreter_dirs() -> list[str]:
                  os.path.dirname(os.path.realpath(os.__file__))})
 
 
-def plan(isolation: str, layers: Layers) -> dict:
+def worker_setup(isolation: str, layers: Layers) -> dict:
   """Worker set-up for `isolation` on a host with `layers`; raises SandboxUnavailable."""
   if isolation not in LEVELS:
     raise ValueError(f"sandbox isolation must be one of {LEVELS}, got {isolation!r}")

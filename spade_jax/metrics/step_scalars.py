@@ -46,7 +46,7 @@ from spade_jax.selfplay.record import EnvReport, StepRecord
 LEARNABLE_RANGE = (0.2, 0.8)
 LEARNABLE_WINDOW = 16  # steps per window of the paper's learnable share
 REVEAL_SPAN = 6
-REQUIRED_TRAIN = ("loss", "kl")
+REQUIRED_TRAIN = ("loss", "kl", "logprob_gap_mean")  # logged once each, as train/<name>
 REQUIRED_TIMINGS = ("generate_s", "sandbox_s", "train_s")
 _REVEAL_TOKEN = re.compile(r"[a-z0-9_]+|[=+\-*/^%<>]")
 
@@ -128,10 +128,8 @@ def step_metrics(record: StepRecord, embedder=None) -> dict[str, float]:
   `embedder` (a `vendi.SentenceEmbedder`) adds `curriculum/diversity_vendi_embedding`. The
   windowed `curriculum/learnable_share` needs several steps: see `LearnableWindow`.
   """
-  train = dict(record.train_metrics)
-  if "logprob_gap" not in train and "logprob_gap_mean" in train:
-    train["logprob_gap"] = train["logprob_gap_mean"]  # the trainer's name for the mean gap
-  missing = [f"train_metrics.{k}" for k in (*REQUIRED_TRAIN, "logprob_gap") if k not in train]
+  train = record.train_metrics
+  missing = [f"train_metrics.{k}" for k in REQUIRED_TRAIN if k not in train]
   missing += [f"timings.{k}" for k in REQUIRED_TIMINGS if k not in record.timings]
   if missing:
     raise KeyError(f"StepRecord of step {record.step} lacks {missing}")

@@ -2,7 +2,7 @@ import random
 
 
 class VowelEcho:
-  """Probe task with a dense reward: answer with vowels only.
+  """A task with a dense reward: answer with vowels only.
 
   Each turn's reward is the share of the answer's non-space characters that are vowels
   (a e i o u, any case), divided by max_turns, so the return is in [0, 1] and any answer

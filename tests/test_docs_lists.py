@@ -1,0 +1,120 @@
+"""The lists in docs/ that drift stay the code's: files per package, the self-play loop's
+imports and checkpoint state keys, `StepRecord` / `EnvReport` fields, the workdir layout.
+
+Each list is read from the doc as written (a table's first column, or one marked sentence)
+and compared both ways with what the code has, so a file, field or key added, renamed or
+removed on either side fails here with the difference named.
+"""
+
+import ast
+import dataclasses
+import re
+
+import pytest
+from layering import PACKAGE_ROOT, imports_of, under
+
+from spade_jax import config_schema
+from spade_jax.metrics.env_log import LOG_NAME
+from spade_jax.model.load import MODEL_CONFIG_FILE, RUN_CONFIG_FILE
+from spade_jax.selfplay.record import EnvReport, StepRecord
+
+DOCS = config_schema.REPO_ROOT / "docs"
+PACKAGES_WITH_FILE_TABLES = ("engine", "model", "rl", "sandbox", "selfplay")
+_TICKED = re.compile(r"`([^`]+)`")
+
+
+def _text(name: str) -> str:
+  return (DOCS / name).read_text()
+
+
+def _tables(text: str) -> list[list[str]]:
+  """The first cells of each markdown table's body rows, one list per table."""
+  tables, rows = [], None
+  for line in text.splitlines() + [""]:
+    if line.startswith("|"):
+      if rows is None:
+        rows = []  # header row
+      elif not set(line) <= set("|-: "):
+        rows.append(line.split("|")[1].strip())
+    elif rows is not None:
+      tables.append(rows)
+      rows = None
+  return tables
+
+
+def _section(text: str, heading: str) -> str:
+  start = text.index(f"\n{heading}\n")
+  end = text.find("\n## ", start + 1)
+  return text[start:] if end < 0 else text[start:end]
+
+
+def _sentence(text: str, marker: str) -> str:
+  """The text from `marker` to the end of its sentence."""
+  start = text.index(marker)
+  return text[start:start + re.search(r"\.(\s|$)", text[start:]).start()]
+
+
+@pytest.mark.parametrize("package", PACKAGES_WITH_FILE_TABLES)
+def test_file_table_lists_every_file_of_the_package(package):
+  (table, *_) = [t for t in _tables(_text(f"{package}.md"))
+                 if any(cell.endswith(".py`") for cell in t)]
+  listed = {name for cell in table for name in _TICKED.findall(cell)}
+  files = {p.name for p in (PACKAGE_ROOT / package).glob("*.py")} - {"__init__.py"}
+  assert (sorted(files - listed), sorted(listed - files)) == ([], []), (
+      f"docs/{package}.md's file table against spade_jax/{package}/: (missing, not there)")
+
+
+def test_selfplay_import_list_is_what_the_package_imports():
+  sentence = _sentence(_text("selfplay.md"), "the package imports only")
+  listed = {f"spade_jax.{m}" for m in _TICKED.findall(sentence) if not m.endswith(".py")}
+  used = {name for path, names in imports_of("selfplay").items() if path != "selfplay/play.py"
+          for name in names if name.startswith("spade_jax.")
+          and not under(name, ("spade_jax.selfplay",))}
+  unlisted = sorted(n for n in used if not under(n, listed))
+  unused = sorted(m for m in listed if not any(under(n, (m,)) for n in used))
+  assert (unlisted, unused) == ([], []), "docs/selfplay.md imports: (not listed, not imported)"
+
+
+def _state_dict_keys() -> list[str]:
+  """The keys of the dict `SelfPlayLoop.state_dict` returns, read from loop.py."""
+  tree = ast.parse((PACKAGE_ROOT / "selfplay" / "loop.py").read_text())
+  (method,) = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+               and n.name == "state_dict"]
+  (returned,) = [n.value for n in ast.walk(method) if isinstance(n, ast.Return)]
+  assert isinstance(returned, ast.Dict), "state_dict no longer returns a dict literal"
+  return [k.value for k in returned.keys]
+
+
+def test_selfplay_state_keys_are_the_loops():
+  sentence = _sentence(_text("selfplay.md"), "`SelfPlayLoop.state_dict()` keys:")
+  listed = _TICKED.findall(sentence)[1:]
+  assert listed == _state_dict_keys()
+
+
+def test_step_record_tables_are_the_dataclass_fields():
+  tables = _tables(_section(_text("selfplay.md"), "## StepRecord"))
+  documented = [[_TICKED.findall(cell)[0] for cell in t] for t in tables]
+  assert documented == [[f.name for f in dataclasses.fields(cls)]
+                        for cls in (StepRecord, EnvReport)]
+
+
+def _workdir_children() -> set[str]:
+  """The literal names the package joins onto a workdir: storage.join(workdir, "name", ...)."""
+  found = set()
+  for path in PACKAGE_ROOT.rglob("*.py"):
+    for node in ast.walk(ast.parse(path.read_text())):
+      if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr == "join" and len(node.args) >= 2
+          and isinstance(node.args[0], ast.Name) and node.args[0].id == "workdir"
+          and isinstance(node.args[1], ast.Constant)):
+        found.add(node.args[1].value)
+  return found
+
+
+def test_launch_layout_names_every_file_the_run_writes():
+  named = _TICKED.findall(_sentence(_text("launch.md"), "Layout:"))
+  written = _workdir_children() | {MODEL_CONFIG_FILE, RUN_CONFIG_FILE, LOG_NAME}
+  assert {"checkpoints", "tb", "log.txt", "eval"} <= written  # the scan still finds them
+  missing = sorted(w for w in written if not any(re.search(rf"(^|/){re.escape(w)}(/|$)", n)
+                                                    for n in named))
+  assert missing == [], f"docs/launch.md's workdir layout leaves out {missing}"
