@@ -7,7 +7,7 @@ import pytest
 from spade_jax import config_schema
 from spade_jax.rl.advantages import compute_advantages
 from spade_jax.selfplay.batching import build_train_batch, designer_samples
-from spade_jax.selfplay.designer_advantage import designer_targets
+from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES, designer_targets
 from spade_jax.selfplay.schedule import PendingDesign, ScoredDesign
 from spade_jax.selfplay.settings import SelfPlaySettings, SettingsError
 
@@ -89,6 +89,13 @@ def test_grouping_by_category_normalises_within_each_category():
 
 
 def test_bad_settings_fail_clearly():
+  """The registry's names are the accepted ones; anything else is one line naming the field."""
+  assert tuple(DESIGNER_ADVANTAGES) == ("discard", "penalty", "two_level")
+  for name in DESIGNER_ADVANTAGES:
+    assert SelfPlaySettings(designer_advantage=name).designer_advantage == name
+  with pytest.raises(ValueError, match=r"designer_advantage='best': expected one of \("
+                     r"'discard', 'penalty', 'two_level'\)$"):
+    designer_targets(_scored(), "best")
   with pytest.raises(SettingsError, match="selfplay.designer_advantage='best'"):
     SelfPlaySettings(designer_advantage="best")
   with pytest.raises(SettingsError, match="selfplay.validity_weight=-1"):
