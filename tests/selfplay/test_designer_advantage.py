@@ -83,6 +83,10 @@ def test_grouping_by_category_normalises_within_each_category():
   for rows in (a, b):
     np.testing.assert_allclose([adv[i] for i in rows], _z([rewards[i] for i in rows]),
                                rtol=1e-5)
+  discard = _advantages(_scored(categories=cats), "discard", by_category=True)
+  for rows in ([0, 1], [2, 3]):  # the valid designs of each category: regret among them only
+    np.testing.assert_allclose([discard[i] for i in rows], _z([REGRETS[i] for i in rows]),
+                               rtol=1e-5)
   two = _advantages(_scored(categories=cats), "two_level", by_category=True)
   np.testing.assert_allclose([two[i] for i in a], _z([1, 1, 0, 0]) + [*_z([0.0, 0.1]), 0, 0],
                              rtol=1e-5, atol=1e-6)
