@@ -17,13 +17,14 @@ designs get a row, with which reward, in which group, and with which additive ad
 
 A valid design whose environment has no regret (an arm without a playable episode) never gets
 a row in any mode. With `designer_group_by_category` the group is (refresh, category) instead
-of the refresh. The validity z-score uses the population std plus VALIDITY_EPS.
+of the refresh. The validity z-score uses the population std plus VALIDITY_EPS. Each choice is
+one function in the `DESIGNER_ADVANTAGES` registry, whose names settings.py accepts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -50,22 +51,40 @@ def group_key(design: PendingDesign, by_category: bool) -> str:
 def designer_targets(scored: Iterable[ScoredDesign], mode: str, *, by_category: bool = False,
                      invalid_reward: float = -1.0,
                      validity_weight: float = 1.0) -> list[DesignerTarget]:
-  """The rows of the scored designs under `mode` (one of settings.DESIGNER_ADVANTAGES)."""
+  """The rows of the scored designs under `mode`, a name in DESIGNER_ADVANTAGES."""
+  if mode not in DESIGNER_ADVANTAGES:
+    raise ValueError(f"config.selfplay.designer_advantage={mode!r}: expected one of "
+                     f"{tuple(DESIGNER_ADVANTAGES)}")
   rows = [s for s in scored if not s.valid or s.reward is not None]  # unmeasured: no row
-  if mode == "discard":
-    return [DesignerTarget(s.design, s.reward, group_key(s.design, by_category))
-            for s in rows if s.valid]
-  if mode == "penalty":
-    return [DesignerTarget(s.design, s.reward if s.valid else invalid_reward,
-                           group_key(s.design, by_category)) for s in rows]
-  if mode == "two_level":
-    offsets = _validity_terms(rows, by_category, validity_weight)
-    return [DesignerTarget(s.design, s.reward if s.valid else invalid_reward,
-                           f"{group_key(s.design, by_category)}/"
-                           f"{'valid' if s.valid else 'invalid'}", offset)
-            for s, offset in zip(rows, offsets, strict=True)]
-  raise ValueError(f"config.selfplay.designer_advantage={mode!r}: expected discard, penalty "
-                   "or two_level")
+  return DESIGNER_ADVANTAGES[mode](rows, _Options(by_category, invalid_reward, validity_weight))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+  by_category: bool
+  invalid_reward: float
+  validity_weight: float
+
+
+def _discard(rows: list[ScoredDesign], o: _Options) -> list[DesignerTarget]:
+  """The paper: valid designs only, their regret normalised among themselves."""
+  return [DesignerTarget(s.design, s.reward, group_key(s.design, o.by_category))
+          for s in rows if s.valid]
+
+
+def _penalty(rows: list[ScoredDesign], o: _Options) -> list[DesignerTarget]:
+  """Invalid designs at `invalid_reward` in the valid designs' group."""
+  return [DesignerTarget(s.design, s.reward if s.valid else o.invalid_reward,
+                         group_key(s.design, o.by_category)) for s in rows]
+
+
+def _two_level(rows: list[ScoredDesign], o: _Options) -> list[DesignerTarget]:
+  """A validity term as an offset, regret normalised in a group of the valid designs only."""
+  offsets = _validity_terms(rows, o.by_category, o.validity_weight)
+  return [DesignerTarget(s.design, s.reward if s.valid else o.invalid_reward,
+                         f"{group_key(s.design, o.by_category)}/"
+                         f"{'valid' if s.valid else 'invalid'}", offset)
+          for s, offset in zip(rows, offsets, strict=True)]
 
 
 def _validity_terms(rows: list[ScoredDesign], by_category: bool, weight: float) -> list[float]:
@@ -78,3 +97,9 @@ def _validity_terms(rows: list[ScoredDesign], by_category: bool, weight: float) 
     v = valid[idx]
     out[idx] = weight * (v - v.mean()) / (v.std() + VALIDITY_EPS)
   return out.tolist()
+
+
+# The registry `selfplay.designer_advantage` names (settings.py checks the name against it).
+Choice = Callable[[list[ScoredDesign], _Options], list[DesignerTarget]]
+DESIGNER_ADVANTAGES: dict[str, Choice] = {
+    "discard": _discard, "penalty": _penalty, "two_level": _two_level}

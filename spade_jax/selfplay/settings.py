@@ -17,6 +17,7 @@ from typing import Any
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
+from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES
 from spade_jax.selfplay.prompts import SETTINGS, designer_system_prompt
 from spade_jax.selfplay.regret import get_designer_reward
 from spade_jax.selfplay.replies import check_action_format
@@ -25,8 +26,6 @@ SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
 LIBRARIES = ("seeds", "vowels")
 RENAMED_LIBRARIES = {"probe": "vowels"}  # an old value fails naming its new one (issue 27)
 FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
-# How invalid designs enter the designer's advantage (selfplay/designer_advantage.py).
-DESIGNER_ADVANTAGES = ("discard", "penalty", "two_level")
 # The config path of each field whose name differs from its place under config.selfplay.
 _FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfplay.memory.capacity",
                 "memory_sample_size": "selfplay.memory.sample_size",
@@ -104,7 +103,7 @@ class SelfPlaySettings:
     _require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
              f"one of {FIXED_ENVS}")
     _require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),
-             self.designer_advantage, f"one of {DESIGNER_ADVANTAGES}")
+             self.designer_advantage, f"one of {tuple(DESIGNER_ADVANTAGES)}")
     for name in ("invalid_designer_reward", "validity_weight"):
       _require(_is_number(getattr(self, name)), field_path(name), getattr(self, name),
                "a finite number")

@@ -159,6 +159,8 @@ def test_shipped_configs_validate(name, tmp_path):
     ("selfplay.categories_per_step=9", r"categories_per_step=9: expected <= len"),
     ("selfplay.skills=('deduction','lookup')", r"skills=.*categories of the games setting"),
     ("selfplay.designer_reward=novelty", r"designer_reward='novelty': expected one of"),
+    ("selfplay.designer_advantage=best", r"config.selfplay.designer_advantage='best': expected "
+     r"one of \('discard', 'penalty', 'two_level'\)$"),
     ("sampling.agent.temperature=0.7", r"sampling.agent.temperature=0.7: expected equal"),
     ("sampling.agent.top_p=0", r"config.sampling.agent.top_p=0.0: expected in \(0, 1\]"),
     ("model.remat=all", r"config.model: ModelConfig.remat='all'; expected one of"),

@@ -7,7 +7,7 @@ import pytest
 from spade_jax import config_schema
 from spade_jax.rl.advantages import compute_advantages
 from spade_jax.selfplay.batching import build_train_batch, designer_samples
-from spade_jax.selfplay.designer_advantage import designer_targets
+from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES, designer_targets
 from spade_jax.selfplay.schedule import PendingDesign, ScoredDesign
 from spade_jax.selfplay.settings import SelfPlaySettings, SettingsError
 
@@ -83,12 +83,23 @@ def test_grouping_by_category_normalises_within_each_category():
   for rows in (a, b):
     np.testing.assert_allclose([adv[i] for i in rows], _z([rewards[i] for i in rows]),
                                rtol=1e-5)
+  discard = _advantages(_scored(categories=cats), "discard", by_category=True)
+  for rows in ([0, 1], [2, 3]):  # the valid designs of each category: regret among them only
+    np.testing.assert_allclose([discard[i] for i in rows], _z([REGRETS[i] for i in rows]),
+                               rtol=1e-5)
   two = _advantages(_scored(categories=cats), "two_level", by_category=True)
   np.testing.assert_allclose([two[i] for i in a], _z([1, 1, 0, 0]) + [*_z([0.0, 0.1]), 0, 0],
                              rtol=1e-5, atol=1e-6)
 
 
 def test_bad_settings_fail_clearly():
+  """The registry's names are the accepted ones; anything else is one line naming the field."""
+  assert tuple(DESIGNER_ADVANTAGES) == ("discard", "penalty", "two_level")
+  for name in DESIGNER_ADVANTAGES:
+    assert SelfPlaySettings(designer_advantage=name).designer_advantage == name
+  with pytest.raises(ValueError, match=r"designer_advantage='best': expected one of \("
+                     r"'discard', 'penalty', 'two_level'\)$"):
+    designer_targets(_scored(), "best")
   with pytest.raises(SettingsError, match="selfplay.designer_advantage='best'"):
     SelfPlaySettings(designer_advantage="best")
   with pytest.raises(SettingsError, match="selfplay.validity_weight=-1"):

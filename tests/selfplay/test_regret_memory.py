@@ -81,6 +81,15 @@ def test_a_hint_that_hurts_is_kept_as_an_example_but_never_frontier():
   assert 0 < counts["hurts"] < counts["real"] / 8
 
 
+def test_off_the_frontier_a_hint_that_hurts_goes_before_positive_regret():
+  """Among off-frontier entries too, eviction follows max(regret, 0), not |regret|: a newer
+  entry whose hint hurts (-0.7) goes before an older hopeless one the hint rescues (+0.6)."""
+  m = EnvMemory(2, [entry("hopeless", p=0.0, regret=0.6, step=1),
+                    entry("hurts", p=0.5, regret=-0.7, step=5)])
+  assert not m.get("hopeless").on_frontier and not m.get("hurts").on_frontier
+  assert m.upsert(entry("frontier", p=0.5, regret=0.1, step=2)) == "hurts"
+
+
 def test_upsert_of_a_known_uid_replaces_without_evicting():
   m = EnvMemory(2, [entry("a", p=0.5), entry("b", p=0.5)])
   assert m.upsert(entry("a", p=0.9, step=7)) is None
