@@ -2,7 +2,7 @@
 
 `base_config()` holds every field the loop, engine, sandbox and trainer read, each with a
 comment; `configs/*.py` start from it and set what their experiment changes. Defaults of the
-parts with a typed settings struct come from that struct (`SelfPlaySettings`, `RLConfig`,
+parts with a typed settings struct come from that struct (`SelfPlayConfig`, `RLConfig`,
 `ModelConfig`), so each default is written once. `validate` runs once at launch, before
 anything is built or compiled: it builds those structs (which check themselves) and checks
 the remaining sections, naming the field, its value and what was expected, so `k=0`, `G=1`, an
@@ -23,14 +23,14 @@ from typing import Any
 from absl import flags
 from ml_collections import ConfigDict, config_dict, config_flags
 
-from spade_jax.eval.settings import EvalSettings
-from spade_jax.metrics.settings import MetricsSettings
+from spade_jax.eval.config import EvalConfig
+from spade_jax.metrics.config import MetricsConfig
 from spade_jax.model.config import PRESETS, ModelConfig
 from spade_jax.model.sharding import MESH_AXES
 from spade_jax.rl.config import RLConfig
 from spade_jax.sandbox.isolation import LEVELS
 from spade_jax.selfplay import corpus
-from spade_jax.selfplay.settings import SelfPlaySettings, sampling_config
+from spade_jax.selfplay.config import SelfPlayConfig, sampling_config
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 CONFIG_DIR = REPO_ROOT / "configs"
@@ -45,7 +45,7 @@ class ConfigError(ValueError):
 
 def base_config() -> ConfigDict:
   """Every field with a working default (a small CPU-sized run); experiments override."""
-  sp, model = SelfPlaySettings, ModelConfig  # the typed settings hold the defaults
+  sp, model = SelfPlayConfig, ModelConfig  # the typed settings hold the defaults
   c = ConfigDict()
   c.seed = sp.seed  # root of every random choice (categories, memory samples, resets, sampling)
   c.setting = sp.setting  # "games" or "tool_use": designer scaffold and agent action style
@@ -120,7 +120,7 @@ def base_config() -> ConfigDict:
   c.corpus.seed = 0  # shuffle seed (reshuffled every epoch)
   c.metrics = ConfigDict()
   # A local sentence-transformers model directory for a second Vendi/n ("" = off).
-  c.metrics.embedding_model = MetricsSettings.embedding_model
+  c.metrics.embedding_model = MetricsConfig.embedding_model
   c.train = ConfigDict()
   c.train.num_steps = 400  # training steps (rollouts); the paper runs 400
   c.train.checkpoint_every = 16  # steps between checkpoints (the last step always saves)
@@ -131,7 +131,7 @@ def base_config() -> ConfigDict:
   # and the trainer's shapes. A relative path is under the workdir (gs:// too); an absolute,
   # ~ or gs:// path is shared by every run that names it.
   c.train.compilation_cache_dir = "xla_cache"
-  ev = EvalSettings  # held-out evaluation during training (spade_jax/eval/settings.py)
+  ev = EvalConfig  # held-out evaluation during training (spade_jax/eval/config.py)
   c.eval = ConfigDict()
   c.eval.suites = ev.suites  # suite names (python -m spade_jax.eval); () = no evaluation
   c.eval.every = ev.every  # steps between evaluations; 0 = never
@@ -278,10 +278,10 @@ def _check_rest(config: ConfigDict) -> None:
 def validate(config: ConfigDict) -> None:
   """Raises ConfigError naming the first bad field; returns None for a usable config."""
   try:
-    SelfPlaySettings.from_config(config)  # seed, setting, selfplay, sampling
+    SelfPlayConfig.from_config(config)  # seed, setting, selfplay, sampling
     RLConfig.from_config(config.rl)
-    EvalSettings.from_config(config)
-    MetricsSettings.from_config(config)  # metrics.embedding_model names a directory
+    EvalConfig.from_config(config)
+    MetricsConfig.from_config(config)  # metrics.embedding_model names a directory
   except ValueError as err:
     raise ConfigError(str(err)) from None
   _check_model(config)

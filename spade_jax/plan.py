@@ -31,7 +31,7 @@ from spade_jax import config_schema
 from spade_jax.model import Qwen3, get_preset, lora
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 
 GIB = 1024 ** 3
 
@@ -208,7 +208,7 @@ def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024)
   cfg = get_preset(config.model.preset).replace(param_dtype=str(config.model.param_dtype),
                                                 compute_dtype=str(config.model.compute_dtype),
                                                 **lora.config_fields(config.model))
-  s = SelfPlaySettings.from_config(config)
+  s = SelfPlayConfig.from_config(config)
   mesh = {a: int(v) for a, v in dict(config.mesh).items()}
   fixed = math.prod(v for v in mesh.values() if v != -1)
   mesh = {a: chips // fixed if v == -1 else v for a, v in mesh.items()}

@@ -31,11 +31,11 @@ from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
 from spade_jax.envs.vowels import VOWELS_HINT, VOWELS_SOURCE
+from spade_jax.eval.config import EvalConfig
 from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
-from spade_jax.eval.settings import EvalSettings
+from spade_jax.metrics.config import MetricsConfig
 from spade_jax.metrics.logger import StepLogger
-from spade_jax.metrics.settings import MetricsSettings
 from spade_jax.model import Qwen3, create_sharded, get_preset, lora, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import RUN_CONFIG_FILE, load_model
@@ -45,11 +45,11 @@ from spade_jax.preemption import Preempted, StopRequests
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.sandbox.split import LocalExchange, SplitPool
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import make_corpus
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
 from spade_jax.selfplay.record import StepRecord
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.tokenizer import load_tokenizer
 
 
@@ -77,7 +77,7 @@ def build_model(config: Any, mesh):
   return nnx.merge(graphdef, nnx.state(model))
 
 
-def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryEntry]:
+def seed_entries(settings: SelfPlayConfig, split: str = "all") -> list[MemoryEntry]:
   """The library memory starts from: the setting's seeds (of `split`), or the vowels environment."""
   if settings.library == "vowels":
     return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
@@ -112,7 +112,7 @@ def _sandbox_pool(config: Any) -> SandboxPool:
                      require_oracle=bool(sb.require_oracle))
 
 
-def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, workdir: str,
+def run_evaluation(evals: EvalConfig, engine, pool, tokenizer, config: Any, workdir: str,
                    step: int) -> dict[str, float]:
   """The held-out suites on the engine's current weights: eval/<suite>/<metric> scalars."""
   generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1, seed=step),
@@ -147,9 +147,9 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
   storage.check_writable(workdir)
   if jax.process_index() == 0:
     save_config(config, workdir)
-  settings = SelfPlaySettings.from_config(config)
-  evals = EvalSettings.from_config(config)
-  metrics = MetricsSettings.from_config(config)  # a bad embedding_model fails before compiling
+  settings = SelfPlayConfig.from_config(config)
+  evals = EvalConfig.from_config(config)
+  metrics = MetricsConfig.from_config(config)  # a bad embedding_model fails before compiling
   mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
   try:
     tokenizer = load_tokenizer(config.tokenizer)

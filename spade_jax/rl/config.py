@@ -62,7 +62,7 @@ class RLConfig:
   logprob_positions: str = "loss"
   logprob_remat: bool = False  # recompute chunk logits in the backward: no [B, T, V] kept
   # The rollouts' sampling temperature (logits are divided by it). Not a config.rl field:
-  # Trainer.from_config takes it from config.sampling (SelfPlaySettings.temperature).
+  # Trainer.from_config takes it from config.sampling (SelfPlayConfig.temperature).
   temperature: float = 1.0
 
   def __post_init__(self):

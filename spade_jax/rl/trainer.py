@@ -92,7 +92,7 @@ class Trainer:
                   temperature: float = 1.0) -> Trainer:
     """Reads config.rl, config.seed and config.train.{checkpoint_every, keep_checkpoints}.
 
-    `temperature` is the rollouts' sampling temperature (`SelfPlaySettings.temperature`,
+    `temperature` is the rollouts' sampling temperature (`SelfPlayConfig.temperature`,
     derived from config.sampling): the trainer's log-probs divide the logits by it.
     """
     rl = dataclasses.replace(RLConfig.from_config(config.rl), temperature=float(temperature))

@@ -26,7 +26,7 @@ import numpy as np
 from spade_jax import config_schema, run
 from spade_jax.model import from_pretrained, get_preset, make_mesh, save_pretrained
 from spade_jax.model.testing import random_model
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.starter import pretrain_text, sft_data, tokenizer_train, variants
 from spade_jax.starter.batches import BucketPlan, WindowPlan
 from spade_jax.starter.lm_step import batch_multiple
@@ -96,7 +96,7 @@ class Build:
     self.stages = self.out / "stages"
     self.size, self.size_name = SIZES[size], size
     self.config = load_config(config)
-    self.settings = SelfPlaySettings.from_config(self.config)
+    self.settings = SelfPlayConfig.from_config(self.config)
     self.progress, self.seed = progress, seed
     self.deadline = None if minutes is None else time.time() + 60 * minutes
     self.cfg = get_preset(self.size.preset, compute_dtype=self.size.compute_dtype)

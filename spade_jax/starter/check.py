@@ -31,7 +31,7 @@ from spade_jax.model import from_pretrained
 from spade_jax.model.testing import random_model
 from spade_jax.selfplay import designer, prompts
 from spade_jax.selfplay.chat import ChatFormatter
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import sft_data, variants
 from spade_jax.starter.build import load_config
@@ -52,7 +52,7 @@ def read_passages(path: str | pathlib.Path) -> list[str]:
   return [row["text"] for row in rows]
 
 
-def design_requests(passages: list[str], settings: SelfPlaySettings,
+def design_requests(passages: list[str], settings: SelfPlayConfig,
                     max_chars: int) -> list[designer.DesignRequest]:
   """One request a passage: categories in turn, memory from the train seed games."""
   seeds = load_seed_library(settings.setting, split="train")
@@ -69,7 +69,7 @@ def design_requests(passages: list[str], settings: SelfPlaySettings,
   return requests
 
 
-def designer_gate(engine, pool, tokenizer, config, settings: SelfPlaySettings,
+def designer_gate(engine, pool, tokenizer, config, settings: SelfPlayConfig,
                   passages: list[str], training_sources: set[str]) -> dict[str, Any]:
   params = dataclasses.replace(settings.designer_sampling,
                                stop_token_ids=tuple(tokenizer.stop_ids))
@@ -107,7 +107,7 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
   del progress  # the engine and suites report nothing per item here
   directory = pathlib.Path(directory)
   cfg = load_config(config)
-  settings = SelfPlaySettings.from_config(cfg)
+  settings = SelfPlayConfig.from_config(cfg)
   texts = read_passages(passages) if passages else list(sft_data.heldout_passages(designs))
   texts = texts[:designs]
   tokenizer = load_tokenizer(directory)

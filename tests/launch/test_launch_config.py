@@ -9,7 +9,7 @@ import pytest
 
 from spade_jax import config_schema
 from spade_jax.rl.config import RLConfig
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 
 sys.path.insert(0, os.fspath(config_schema.REPO_ROOT / "launch"))
 import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
@@ -47,9 +47,9 @@ def test_every_trainer_setting_is_in_the_base_config_with_its_default():
 
 
 def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
-  """One source of truth: the base config's self-play fields are SelfPlaySettings' defaults."""
-  settings = SelfPlaySettings.from_config(config_schema.base_config())
-  defaults = SelfPlaySettings()
+  """One source of truth: the base config's self-play fields are SelfPlayConfig' defaults."""
+  settings = SelfPlayConfig.from_config(config_schema.base_config())
+  defaults = SelfPlayConfig()
   assert settings == dataclasses.replace(defaults, max_cache_len=settings.max_cache_len)
   model = config_schema.base_config().model
   assert (model.param_dtype, model.compute_dtype, model.remat, model.attention_impl) == (
@@ -62,7 +62,7 @@ def test_trainer_temperature_is_the_rollouts():
   config, _, _ = _parse("--config=smoke.py", "--config.sampling.agent.temperature=0.7",
                         "--config.sampling.designer.temperature=0.7")
   config_schema.validate(config)
-  assert SelfPlaySettings.from_config(config).temperature == 0.7
+  assert SelfPlayConfig.from_config(config).temperature == 0.7
 
 
 def test_model_remat_and_attention_kernel_reach_the_policy():

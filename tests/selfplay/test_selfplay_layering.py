@@ -35,7 +35,7 @@ def test_nothing_imports_the_play_command():
 
 def test_package_exports_the_loop_and_its_settings():
   import spade_jax.selfplay as selfplay
+  from spade_jax.selfplay.config import SelfPlayConfig
   from spade_jax.selfplay.loop import SelfPlayLoop
-  from spade_jax.selfplay.settings import SelfPlaySettings
-  assert selfplay.SelfPlayLoop is SelfPlayLoop and selfplay.SelfPlaySettings is SelfPlaySettings
-  assert set(selfplay.__all__) >= {"SelfPlayLoop", "SelfPlaySettings", "StepRecord"}
+  assert selfplay.SelfPlayLoop is SelfPlayLoop and selfplay.SelfPlayConfig is SelfPlayConfig
+  assert set(selfplay.__all__) >= {"SelfPlayLoop", "SelfPlayConfig", "StepRecord"}

@@ -10,7 +10,7 @@ from spade_jax.metrics.vendi import SentenceEmbedder
 
 
 @dataclasses.dataclass(frozen=True)
-class MetricsSettings:
+class MetricsConfig:
   """`embedding_model`: a local sentence-transformers model directory (e.g. a copy of
   all-MiniLM-L6-v2, the paper's choice) for `curriculum/diversity_vendi_embedding`; "" = off
   (the TF-IDF+LSA Vendi is always written)."""
@@ -23,7 +23,7 @@ class MetricsSettings:
                        "directory: point it at a local sentence-transformers model, or '' for off")
 
   @classmethod
-  def from_config(cls, config: Any) -> MetricsSettings:
+  def from_config(cls, config: Any) -> MetricsConfig:
     return cls(embedding_model=str(config.metrics.embedding_model))
 
   def embedder(self) -> SentenceEmbedder | None:

@@ -17,7 +17,7 @@ from spade_jax.eval.suites import SUITES
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalSettings:
+class EvalConfig:
   suites: tuple[str, ...] = ()
   every: int = 0
   limit: int = 16
@@ -39,7 +39,7 @@ class EvalSettings:
     return bool(self.suites) and self.every > 0 and step % self.every == 0
 
   @classmethod
-  def from_config(cls, config: Any) -> EvalSettings:
+  def from_config(cls, config: Any) -> EvalConfig:
     e = config.eval
     return cls(suites=tuple(str(s) for s in e.suites), every=int(e.every), limit=int(e.limit),
                samples=int(e.samples), max_new_tokens=int(e.max_new_tokens),

@@ -1,6 +1,6 @@
 """The self-play loop's settings: one frozen struct, the single source of its defaults.
 
-`SelfPlaySettings.from_config(config)` reads `config.seed`, `config.setting`,
+`SelfPlayConfig.from_config(config)` reads `config.seed`, `config.setting`,
 `config.selfplay.*`, `config.sampling.{designer, agent}` and `config.engine.max_cache_len`;
 `spade_jax.config_schema.base_config()` takes its self-play and sampling defaults from the
 fields below. The struct checks itself on construction, so the launcher's validation and the
@@ -33,7 +33,7 @@ _FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfpl
                 "max_cache_len": "engine.max_cache_len"}
 
 
-class SettingsError(ValueError):
+class ConfigError(ValueError):
   """A self-play setting the loop cannot run with; the message names the config field."""
 
 
@@ -43,11 +43,11 @@ def field_path(name: str) -> str:
 
 def _require(ok: bool, field: str, value: Any, expected: str) -> None:
   if not ok:
-    raise SettingsError(f"config.{field}={value!r}: expected {expected}")
+    raise ConfigError(f"config.{field}={value!r}: expected {expected}")
 
 
 @dataclasses.dataclass(frozen=True)
-class SelfPlaySettings:
+class SelfPlayConfig:
   """What one self-play step does; docs/selfplay.md says why each default is what it is."""
 
   skills: tuple[str, ...] = GAME_CATEGORIES  # skill categories the designer is asked for
@@ -116,7 +116,7 @@ class SelfPlaySettings:
       check_action_format(self.action_format)
       get_designer_reward(self.designer_reward)
     except ValueError as err:
-      raise SettingsError(str(err)) from None
+      raise ConfigError(str(err)) from None
     designer_system_prompt(self.setting, self.designer_reward)  # the reward has prompt text
     for name in ("designer_sampling", "agent_sampling"):
       _check_sampling(field_path(name), getattr(self, name))
@@ -136,7 +136,7 @@ class SelfPlaySettings:
     return None if self.max_cache_len is None else self.max_cache_len - params.max_new_tokens
 
   @classmethod
-  def from_config(cls, config: Any) -> SelfPlaySettings:
+  def from_config(cls, config: Any) -> SelfPlayConfig:
     """Builds and checks the settings; the skills must be the setting's categories."""
     sp = config.selfplay
     settings = cls(
