@@ -4,7 +4,6 @@ eval/<suite>/<metric> scalars and the records under the workdir."""
 import glob
 
 import pytest
-from ml_collections import ConfigDict
 
 from spade_jax.config_schema import base_config
 from spade_jax.engine.fake import FakeEngine
@@ -31,10 +30,9 @@ def test_run_evaluation_writes_scalars_and_records(tmp_path):
   tokenizer = load_tiny()
   action = tokenizer.encode("<action>1</action>") + [tokenizer.eos_id]
   engine = FakeEngine(lambda cid, history, params: action, max_cache_len=4096)
-  config = ConfigDict({"engine": {"max_cache_len": 4096}})
   evals = EvalConfig(suites=("seed_games_heldout",), every=1, limit=2, max_new_tokens=16)
   pool = FakePool(max_turns=4)  # trusted seed sources only
-  scalars = run_evaluation(evals, engine, pool, tokenizer, config, str(tmp_path), step=3)
+  scalars = run_evaluation(evals, engine, pool, tokenizer, 4096, str(tmp_path), step=3)
   assert set(scalars) == {"eval/seed_games_heldout/return",
                           "eval/seed_games_heldout/return_with_hint",
                           "eval/seed_games_heldout/hint_gap"}

@@ -61,7 +61,8 @@ def test_trainer_temperature_is_the_rollouts():
     _parse("--config=smoke.py", "--config.rl.temperature=0.7")
   config, _, _ = _parse("--config=smoke.py", "--config.sampling.agent.temperature=0.7",
                         "--config.sampling.designer.temperature=0.7")
-  config_schema.validate(config)
+  experiment = config_schema.validate(config)
+  assert experiment.selfplay.temperature == experiment.rl.temperature == 0.7
   assert SelfPlayConfig.from_config(config).temperature == 0.7
 
 
@@ -69,17 +70,17 @@ def test_model_remat_and_attention_kernel_reach_the_policy():
   from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
   config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots",
                         "--config.model.attention_impl=xla")
-  config_schema.validate(config)
-  cfg = build_model(config, mesh=None).cfg
+  experiment = config_schema.validate(config)
+  cfg = build_model(experiment.model, experiment.seed, mesh=None).cfg
   assert (cfg.remat, cfg.attention_impl) == ("dots", "xla")
 
 
 def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
   from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
   config, _, _ = _parse("--config=smoke.py", "--config.model.attention_impl=pallas_tpu")
-  config_schema.validate(config)  # a known kernel: the platform check is the builder's
+  experiment = config_schema.validate(config)  # a known kernel: the platform check is the builder's
   with pytest.raises(ValueError, match=r"config.model.attention_impl='pallas_tpu' needs a tpu"):
-    build_model(config, mesh=None)
+    build_model(experiment.model, experiment.seed, mesh=None)
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():

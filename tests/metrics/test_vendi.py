@@ -111,7 +111,7 @@ def test_metrics_settings_check_the_model_directory(tmp_path):
   from spade_jax.config_schema import base_config
   from spade_jax.metrics.config import MetricsConfig
   assert MetricsConfig.from_config(base_config()).embedder() is None  # off by default
-  with pytest.raises(ValueError, match="embedding_model='/no/such/model' is not a directory"):
+  with pytest.raises(ValueError, match="embedding_model='/no/such/model': expected a directory"):
     MetricsConfig("/no/such/model")
   assert MetricsConfig(str(tmp_path)).embedding_model == str(tmp_path)
   from spade_jax.config_schema import ConfigError, validate

@@ -9,7 +9,8 @@ scripted engine, the sandbox pool, a tokenizer); nothing in the package imports 
 from layering import imports_of, under, violations
 
 SPADE_ALLOWED = ("spade_jax.selfplay", "spade_jax.engine.api", "spade_jax.sandbox.api",
-                 "spade_jax.sandbox.contract", "spade_jax.rl.batch", "spade_jax.envs")
+                 "spade_jax.sandbox.contract", "spade_jax.rl.batch", "spade_jax.envs",
+                 "spade_jax.checks")
 FORBIDDEN = ("spade_jax.metrics", "spade_jax.run", "spade_jax.config_schema", "launch")
 COMMANDS = {"selfplay/play.py": ("spade_jax.engine.fake", "spade_jax.sandbox",
                                  "spade_jax.tokenizer")}
