@@ -1,8 +1,11 @@
 """The config checks every section struct shares: one error type, one message form.
 
 A bad value fails with `ConfigError("config.<field>=<value>: expected <what>")`, one line
-that names the field as it is written on the command line (`--config.<field>=...`). This
-module imports nothing of the package, so the sandbox and every layer above it can use it.
+that names the field as it is written on the command line (`--config.<field>=...`).
+`from_section` builds a struct from its config section; `derived` marks a field that another
+section sets (it is computed when the experiment is built, never set in its own section).
+This module imports nothing of the package, so the sandbox and every layer above it can
+use it.
 """
 
 from __future__ import annotations

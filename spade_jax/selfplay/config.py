@@ -81,29 +81,29 @@ class SelfPlayConfig:
       value = getattr(self, name)
       require(is_int(value) and value >= 1, field_path(name), value, "an int >= 1")
     require(is_int(self.group_size) and self.group_size >= 2, field_path("group_size"),
-             self.group_size, "an int >= 2 (group-relative advantages need two episodes per arm)")
+            self.group_size, "an int >= 2 (group-relative advantages need two episodes per arm)")
     require(is_int(self.memory_sample_size) and self.memory_sample_size >= 0,
-             field_path("memory_sample_size"), self.memory_sample_size, "an int >= 0")
+            field_path("memory_sample_size"), self.memory_sample_size, "an int >= 0")
     require(len(self.skills) >= 1 and len(set(self.skills)) == len(self.skills)
-             and all(isinstance(s, str) and s for s in self.skills), field_path("skills"),
-             self.skills, "a non-empty tuple of distinct category names")
+            and all(isinstance(s, str) and s for s in self.skills), field_path("skills"),
+            self.skills, "a non-empty tuple of distinct category names")
     require(self.categories_per_step <= len(self.skills), field_path("categories_per_step"),
-             self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
+            self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
     renamed = RENAMED_LIBRARIES.get(self.library)
     require(self.library in LIBRARIES, field_path("library"), self.library,
-             f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
+            f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
     require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
-             f"one of {FIXED_ENVS}")
+            f"one of {FIXED_ENVS}")
     require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),
-             self.designer_advantage, f"one of {tuple(DESIGNER_ADVANTAGES)}")
+            self.designer_advantage, f"one of {tuple(DESIGNER_ADVANTAGES)}")
     for name in ("invalid_designer_reward", "validity_weight"):
       require(is_number(getattr(self, name)), field_path(name), getattr(self, name),
-               "a finite number")
+              "a finite number")
     require(self.validity_weight >= 0, field_path("validity_weight"), self.validity_weight,
-             ">= 0")
+            ">= 0")
     for name in ("action_format", "designer_reward"):
       require(isinstance(getattr(self, name), str), field_path(name), getattr(self, name),
-               "a string")
+              "a string")
     try:
       check_action_format(self.action_format)
       get_designer_reward(self.designer_reward)
@@ -113,10 +113,10 @@ class SelfPlayConfig:
     for name in ("designer_sampling", "agent_sampling"):
       _check_sampling(field_path(name), getattr(self, name))
     require(self.designer_sampling.temperature == self.agent_sampling.temperature,
-             "sampling.agent.temperature", self.agent_sampling.temperature,
-             f"equal to config.sampling.designer.temperature="
-             f"{self.designer_sampling.temperature} (one policy: the trainer divides every "
-             "row's logits by the same temperature)")
+            "sampling.agent.temperature", self.agent_sampling.temperature,
+            f"equal to config.sampling.designer.temperature="
+            f"{self.designer_sampling.temperature} (one policy: the trainer divides every "
+            "row's logits by the same temperature)")
 
   @property
   def temperature(self) -> float:
@@ -151,7 +151,7 @@ class SelfPlayConfig:
         max_cache_len=max_cache_len)
     known = SETTING_CATEGORIES[settings.setting]
     require(set(settings.skills) <= set(known), "selfplay.skills", sp.skills,
-             f"categories of the {settings.setting} setting, among {known}")
+            f"categories of the {settings.setting} setting, among {known}")
     return settings
 
 
@@ -166,9 +166,9 @@ def sampling_params(values: Mapping[str, Any] | Any, role: str) -> SamplingParam
   get = values.get  # dict or ConfigDict
   unknown = sorted(set(values.keys()) - {"max_new_tokens", "temperature", "top_p", "top_k"})
   require(not unknown, f"sampling.{role}", dict(values), "only the keys max_new_tokens, "
-           f"temperature, top_p and top_k (unknown: {unknown})")
+          f"temperature, top_p and top_k (unknown: {unknown})")
   require(get("max_new_tokens") is not None, f"sampling.{role}.max_new_tokens", None,
-           "an int > 0 (required)")
+          "an int > 0 (required)")
   defaults = SamplingParams(max_new_tokens=1)
   params = SamplingParams(max_new_tokens=get("max_new_tokens"),
                           temperature=get("temperature", defaults.temperature),
@@ -179,9 +179,9 @@ def sampling_params(values: Mapping[str, Any] | Any, role: str) -> SamplingParam
 
 def _check_sampling(field: str, s: SamplingParams) -> None:
   require(is_int(s.max_new_tokens) and s.max_new_tokens > 0, f"{field}.max_new_tokens",
-           s.max_new_tokens, "an int > 0")
+          s.max_new_tokens, "an int > 0")
   require(is_number(s.temperature) and s.temperature > 0, f"{field}.temperature",
-           s.temperature, "> 0 (GRPO needs sampled log-probs, so no greedy rollouts)")
+          s.temperature, "> 0 (GRPO needs sampled log-probs, so no greedy rollouts)")
   require(is_number(s.top_p) and 0 < s.top_p <= 1, f"{field}.top_p", s.top_p, "in (0, 1]")
   require(is_int(s.top_k) and s.top_k >= 0, f"{field}.top_k", s.top_k, "an int >= 0")
 
