@@ -5,7 +5,7 @@ r"""The games setting scaled for a 2-core CPU, starting from the starter policy.
     # a starter built elsewhere:
     #   --config.model.checkpoint=DIR --config.tokenizer=DIR   (DIR = the build's --out)
 
-The starter's fine-tuning examples are rendered from this config (`SelfPlaySettings`), so they
+The starter's fine-tuning examples are rendered from this config (`SelfPlayConfig`), so they
 are exactly the prompts this run sends. Choices, and why:
 * 6 environments a step, 2 of the 6 categories a refresh (3 each), k = 2: a CPU step must stay
   in minutes; k = 2 still delays the designer's update by a refresh.

@@ -80,7 +80,7 @@ def use_compilation_cache(directory: str) -> None:
 
 def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   """Validates the config, sets up the hosts and the mesh, then runs the self-play loop."""
-  config_schema.validate(config)
+  experiment = config_schema.validate(config)
   storage.check_writable(workdir)  # an unreachable or unwritable workdir fails at once
   import jax  # pylint: disable=import-outside-toplevel
   if distributed == "on" or (distributed == "auto" and _several_hosts()):
@@ -89,14 +89,14 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
   from spade_jax import run  # pylint: disable=import-outside-toplevel
   from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
   try:
-    mesh = make_mesh(config.mesh.to_dict())  # fails now if the slice does not fit the mesh
+    mesh = make_mesh(experiment.mesh_shape)  # fails now if the slice does not fit the mesh
   except ValueError as err:
     raise config_schema.ConfigError(f"config.mesh: {err} (an axis of -1 takes every device)"
                                   ) from None
   print(f"process {jax.process_index()}/{jax.process_count()}: mesh {dict(mesh.shape)}, "
         f"workdir {workdir}", flush=True)
-  use_compilation_cache(compilation_cache_dir(config.train.compilation_cache_dir, workdir))
-  run.run(config, workdir, mesh)
+  use_compilation_cache(compilation_cache_dir(experiment.train.compilation_cache_dir, workdir))
+  run.run(experiment, workdir, mesh)
 
 
 def main() -> None:

@@ -20,7 +20,6 @@ import math
 import re
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 import jax
 import numpy as np
@@ -28,10 +27,10 @@ from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
-from spade_jax.model import Qwen3, get_preset, lora
+from spade_jax.experiment import Experiment
+from spade_jax.model import Qwen3, lora
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
-from spade_jax.selfplay.settings import SelfPlaySettings
 
 GIB = 1024 ** 3
 
@@ -203,27 +202,25 @@ class Plan:
     return (self.rollout_flops + self.train_flops) / (self.chips * self.peak_flops * mfu)
 
 
-def make_plan(config: Any, chip: Chip, chips: int, *, prompt_tokens: int = 1024) -> Plan:
-  """The plan of `config` on `chips` chips (formulas: docs/plan.md)."""
-  cfg = get_preset(config.model.preset).replace(param_dtype=str(config.model.param_dtype),
-                                                compute_dtype=str(config.model.compute_dtype),
-                                                **lora.config_fields(config.model))
-  s = SelfPlaySettings.from_config(config)
-  mesh = {a: int(v) for a, v in dict(config.mesh).items()}
+def make_plan(experiment: Experiment, chip: Chip, chips: int, *,
+              prompt_tokens: int = 1024) -> Plan:
+  """The plan of `experiment` on `chips` chips (formulas: docs/plan.md)."""
+  cfg = experiment.model.architecture()
+  s, rl = experiment.selfplay, experiment.rl
+  mesh = experiment.mesh_shape
   fixed = math.prod(v for v in mesh.values() if v != -1)
   mesh = {a: chips // fixed if v == -1 else v for a, v in mesh.items()}
   dp = mesh.get("data", 1) * mesh.get("fsdp", 1)
-  t = int(config.engine.max_cache_len)  # the longest row (one whole episode)
+  t = experiment.engine.max_cache_len  # the longest row (one whole episode)
   agent_rows = s.num_envs * s.group_size * (2 if s.train_agent_on_hint_arm else 1)
   rows = agent_rows + -(-s.num_envs // s.k)  # designer rows due per step, on average
-  beta = float(config.rl.beta)
-  micro_batch = -(-(int(config.rl.micro_batch_size) or rows) // dp) * dp  # the trainer's rule
+  beta = rl.beta
+  micro_batch = -(-(rl.micro_batch_size or rows) // dp) * dp  # the trainer's rule
   train = train_memory(cfg, rows=rows, micro_batch=micro_batch, t=t, loss_positions=t,
                        beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
-                       logprob_chunk=int(config.rl.logprob_chunk) if config.rl.logprob_remat
-                       else None)
+                       logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None)
   kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)
-  kv = (int(config.engine.num_slots) * t * cfg.num_layers * 2 * cfg.num_kv_heads
+  kv = (experiment.engine.num_slots * t * cfg.num_layers * 2 * cfg.num_kv_heads
         * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
 
   _, active = parameter_counts(cfg)
@@ -275,13 +272,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                                 flag_values=fv)
   try:
     config, _ = config_schema.parse_config_args(sys.argv if argv is None else argv, fv)
+    # The checkpoint and corpus files are the target machine's: not checked here.
+    experiment = config_schema.validate(config, files=False)
     chip, chips = parse_topology(topology.value)
-    plan = make_plan(config, chip, chips, prompt_tokens=prompt.value)
+    plan = make_plan(experiment, chip, chips, prompt_tokens=prompt.value)
   except (config_schema.ConfigError, flags.Error) as err:
     sys.exit(f"error: {err}")
-  print(f"model {config.model.preset} ({config.model.param_dtype} parameters, "
-        f"{config.model.compute_dtype} compute), T = {config.engine.max_cache_len}, "
-        f"mesh {dict(config.mesh)}, logprob_remat {config.rl.logprob_remat}")
+  m = experiment.model
+  print(f"model {m.preset} ({m.param_dtype} parameters, {m.compute_dtype} compute), "
+        f"T = {experiment.engine.max_cache_len}, mesh {experiment.mesh_shape}, "
+        f"logprob_remat {experiment.rl.logprob_remat}")
   print(report(plan, topology.value, mfu.value))
 
 

@@ -1,11 +1,12 @@
-"""The composition root: `run(config, workdir)` builds every part of a SPADE run, resumes, loops.
+"""The composition root: `run(experiment, workdir)` builds every part of a run, resumes, loops.
 
-Called by launch/tpu_run.py after the config has been validated, `jax.distributed`
-initialised and the mesh built (or builds the mesh itself). Builds, in order: the policy
+Called by launch/tpu_run.py with the typed `Experiment` that `config_schema.validate`
+returned, after `jax.distributed` is initialised and the mesh built (or builds the mesh
+itself). Builds, in order: the policy
 (preset + optional checkpoint), the tokenizer, the trainer (restoring the newest checkpoint
 of <workdir>/checkpoints: params, optimiser state, RNG and the loop's host state), the
 engine on the trainer's live parameters, the sandbox pool, the corpus, the seed library,
-the loop and the metrics logger. Then it runs steps until config.train.num_steps,
+the loop and the metrics logger. Then it runs steps until experiment.train.num_steps,
 checkpointing through the trainer, and always closes the sandbox workers. A SIGTERM or a
 preemption notice stops it at the next step boundary, saved (spade_jax/preemption.py).
 
@@ -20,64 +21,62 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any
 
 import jax
 from flax import nnx
 
 from spade_jax import storage
-from spade_jax.config_schema import ConfigError
+from spade_jax.checks import ConfigError
 from spade_jax.engine.api import SamplingParams
+from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.envs.library import load_seed_library
 from spade_jax.envs.vowels import VOWELS_HINT, VOWELS_SOURCE
+from spade_jax.eval.config import EvalConfig
 from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
-from spade_jax.eval.settings import EvalSettings
+from spade_jax.experiment import Experiment
 from spade_jax.metrics.logger import StepLogger
-from spade_jax.metrics.settings import MetricsSettings
-from spade_jax.model import Qwen3, create_sharded, get_preset, lora, make_mesh
+from spade_jax.model import Qwen3, create_sharded, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import RUN_CONFIG_FILE, load_model
 from spade_jax.model.lora_io import with_adapters
+from spade_jax.model.policy_config import PolicyConfig
 from spade_jax.multihost import JaxExchange, PeerLost, lost_peer
 from spade_jax.preemption import Preempted, StopRequests
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.sandbox.split import LocalExchange, SplitPool
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import make_corpus
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
 from spade_jax.selfplay.record import StepRecord
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.tokenizer import load_tokenizer
 
 
-def build_model(config: Any, mesh):
+def build_model(policy: PolicyConfig, seed: int, mesh):
   """The policy: the preset at random init (seeded), or the checkpoint's weights, with the
   config's compute dtype, attention kernel and remat policy. An attention kernel the
   platform lacks fails here, before anything compiles."""
-  m = config.model
-  param_dtype = str(m.param_dtype)
-  static = dict(compute_dtype=str(m.compute_dtype), attention_impl=str(m.attention_impl),
-                remat=str(m.remat), **lora.config_fields(m))  # static in the module graph
+  static = policy.run_fields()  # static in the module graph
   resolve_attention_impl(static["attention_impl"], static["compute_dtype"])
-  if not m.checkpoint:
-    cfg = get_preset(m.preset).replace(param_dtype=param_dtype, **static)
-    return create_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(int(config.seed))), mesh)
-  model = load_model(m.checkpoint, dtype=param_dtype, mesh=mesh)
+  if not policy.checkpoint:
+    cfg = policy.architecture()
+    return create_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(seed)), mesh)
+  model = load_model(policy.checkpoint, dtype=policy.param_dtype, mesh=mesh)
   cfg = model.cfg.replace(**static)
   if cfg == model.cfg:
     return model
   if cfg.lora_rank:  # fresh adapters on the loaded base (the same as at random init)
-    return with_adapters(model, cfg, int(config.seed), mesh)
+    return with_adapters(model, cfg, seed, mesh)
   # Re-merge the loaded weights into a graph built for the requested static settings (no
   # copy of the parameters).
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
   return nnx.merge(graphdef, nnx.state(model))
 
 
-def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryEntry]:
+def seed_entries(settings: SelfPlayConfig, split: str = "all") -> list[MemoryEntry]:
   """The library memory starts from: the setting's seeds (of `split`), or the vowels environment."""
   if settings.library == "vowels":
     return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
@@ -87,36 +86,35 @@ def seed_entries(settings: SelfPlaySettings, split: str = "all") -> list[MemoryE
                                      split=split)]
 
 
-def build_engine(config: Any, policy, mesh):
-  e = config.engine
-  sizes = lambda given: None if given is None else tuple(int(b) for b in given)
+def build_engine(engine: EngineConfig, policy, mesh) -> SlotConversationEngine:
+  """The rollout engine on `policy` with config.engine's capacity."""
   return SlotConversationEngine(
-      policy, num_slots=int(e.num_slots), max_cache_len=int(e.max_cache_len),
-      prefill_buckets=sizes(e.prefill_buckets),
-      decode_steps_per_poll=int(e.decode_steps_per_poll), mesh=mesh,
-      decode_widths=sizes(e.decode_widths), decode_lengths=sizes(e.decode_lengths))
+      policy, num_slots=engine.num_slots, max_cache_len=engine.max_cache_len,
+      prefill_buckets=engine.prefill_buckets,
+      decode_steps_per_poll=engine.decode_steps_per_poll, mesh=mesh,
+      decode_widths=engine.decode_widths, decode_lengths=engine.decode_lengths)
 
 
-def build_pool(config: Any) -> SplitPool:
+def build_pool(experiment: Experiment) -> SplitPool:
   """This process's sandbox pool, taking its share of the work when there are several."""
   exchange = JaxExchange() if jax.process_count() > 1 else LocalExchange()
-  return SplitPool(_sandbox_pool(config), exchange)
+  return SplitPool(_sandbox_pool(experiment), exchange)
 
 
-def _sandbox_pool(config: Any) -> SandboxPool:
-  sb = config.sandbox
-  return SandboxPool(num_workers=int(sb.num_workers), max_turns=int(config.selfplay.max_turns),
-                     reset_timeout_s=float(sb.reset_timeout_s),
-                     step_timeout_s=float(sb.step_timeout_s), memory_mb=int(sb.memory_mb),
-                     isolation=str(sb.isolation), require_tools=config.setting == "tool_use",
-                     require_oracle=bool(sb.require_oracle))
+def _sandbox_pool(experiment: Experiment) -> SandboxPool:
+  sb = experiment.sandbox
+  return SandboxPool(num_workers=sb.num_workers, max_turns=experiment.selfplay.max_turns,
+                     reset_timeout_s=sb.reset_timeout_s, step_timeout_s=sb.step_timeout_s,
+                     memory_mb=sb.memory_mb, isolation=sb.isolation,
+                     require_tools=experiment.selfplay.setting == "tool_use",
+                     require_oracle=sb.require_oracle)
 
 
-def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, workdir: str,
-                   step: int) -> dict[str, float]:
+def run_evaluation(evals: EvalConfig, engine, pool, tokenizer, max_cache_len: int,
+                   workdir: str, step: int) -> dict[str, float]:
   """The held-out suites on the engine's current weights: eval/<suite>/<metric> scalars."""
   generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1, seed=step),
-                        int(config.engine.max_cache_len), progress=False)
+                        max_cache_len, progress=False)
   requests = [SuiteRequest(name, limit=evals.limit, samples=evals.samples)
               for name in evals.suites]
   # Every host generates (rollouts are SPMD); only the chief writes the records.
@@ -130,51 +128,57 @@ def run_evaluation(evals: EvalSettings, engine, pool, tokenizer, config: Any, wo
   return scalars
 
 
-def save_config(config: Any, workdir: str) -> None:
+def save_config(experiment: Experiment, workdir: str) -> None:
   """<workdir>/config.json: the run's whole config (`eval run` on the workdir reads the
   tokenizer from it). Written atomically (`storage.write_text`): a reader never sees half."""
-  storage.write_text(storage.join(workdir, RUN_CONFIG_FILE),
-                     config.to_json_best_effort(indent=1, sort_keys=True) + "\n")
+  storage.write_text(storage.join(workdir, RUN_CONFIG_FILE), experiment.source + "\n")
 
 
-def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
-  """Trains until config.train.num_steps; returns the last step's record (None if none ran).
+def build_trainer(experiment: Experiment, model, mesh, workdir: str) -> Trainer:
+  """The trainer of `model`, checkpointing under <workdir>/checkpoints."""
+  train, policy = experiment.train, experiment.model
+  return Trainer.for_run(experiment.rl, model, mesh, workdir, seed=experiment.seed,
+                         save_every=train.checkpoint_every, keep=train.keep_checkpoints,
+                         checkpoint=policy.checkpoint, preset=policy.preset)
 
-  `mesh` defaults to `make_mesh(config.mesh)`. `workdir` is a local directory or a gs://
-  URL (spade_jax/storage.py); one that cannot be written fails first (StorageError).
+
+def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRecord | None:
+  """Trains until experiment.train.num_steps; returns the last step's record (None if none
+  ran).
+
+  `experiment` is `config_schema.validate(config)`'s. `mesh` defaults to
+  `make_mesh(experiment.mesh_shape)`. `workdir` is a local directory or a gs:// URL
+  (spade_jax/storage.py); one that cannot be written fails first (StorageError).
   """
   workdir = os.fspath(workdir)
   storage.check_writable(workdir)
   if jax.process_index() == 0:
-    save_config(config, workdir)
-  settings = SelfPlaySettings.from_config(config)
-  evals = EvalSettings.from_config(config)
-  metrics = MetricsSettings.from_config(config)  # a bad embedding_model fails before compiling
-  mesh = make_mesh(dict(config.mesh)) if mesh is None else mesh
+    save_config(experiment, workdir)
+  settings, evals, train = experiment.selfplay, experiment.eval, experiment.train
+  mesh = make_mesh(experiment.mesh_shape) if mesh is None else mesh
   try:
-    tokenizer = load_tokenizer(config.tokenizer)
+    tokenizer = load_tokenizer(experiment.tokenizer)
   except OSError as err:  # missing files, a hub id that cannot be fetched: one line
-    raise ConfigError(f"config.tokenizer={config.tokenizer!r}: "
+    raise ConfigError(f"config.tokenizer={experiment.tokenizer!r}: "
                       f"{str(err).strip().splitlines()[0]}") from None
-  trainer = Trainer.from_config(config, build_model(config, mesh), mesh, workdir,
-                                temperature=settings.temperature)
+  trainer = build_trainer(experiment, build_model(experiment.model, experiment.seed, mesh),
+                          mesh, workdir)
   host_state = trainer.restore()
   # From here on a SIGTERM / preemption notice stops the run at a step boundary.
   stop_requests = StopRequests(start_step=int((host_state or {}).get("step", 0)))
-  engine = build_engine(config, trainer.policy, mesh)
+  engine = build_engine(experiment.engine, trainer.policy, mesh)
   engine.load_weights(trainer.params)
-  corpus = make_corpus(config.corpus, shard=(0, 1)) if settings.use_corpus else None
-  pool = build_pool(config)
+  corpus = make_corpus(experiment.corpus, shard=(0, 1)) if settings.use_corpus else None
+  pool = build_pool(experiment)
   logger = None
   try:
     loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
                         trainer=trainer, corpus=corpus,
                         library=seed_entries(settings, "train" if evals.hold_out_seed_games
                                              else "all"))
-    num_steps, log_every = int(config.train.num_steps), int(config.train.log_every)
-    logger = StepLogger(workdir, num_steps,
-                        num_text_summaries=int(config.train.num_text_summaries),
-                        embedder=metrics.embedder(),
+    num_steps, log_every = train.num_steps, train.log_every
+    logger = StepLogger(workdir, num_steps, num_text_summaries=train.num_text_summaries,
+                        embedder=experiment.metrics.embedder(),
                         is_chief=jax.process_index() == 0)
     if host_state:
       loop.load_state_dict(host_state)
@@ -193,7 +197,8 @@ def run(config: Any, workdir: str | os.PathLike, mesh=None) -> StepRecord | None
         if record.step % log_every == 0 or record.step == num_steps or stop:
           logger.write(record)
         if evals.due(record.step):
-          logger.write_scalars(run_evaluation(evals, engine, pool, tokenizer, config, workdir,
+          logger.write_scalars(run_evaluation(evals, engine, pool, tokenizer,
+                                              experiment.engine.max_cache_len, workdir,
                                               record.step), record.step)
       if record.train_metrics or (stop and trainer.step not in trainer.checkpoints.all_steps()):
         # Checkpoints are named by the trainer's update count (== step unless a step had no

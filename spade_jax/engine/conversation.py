@@ -28,6 +28,7 @@ from flax import nnx
 
 from spade_jax.engine import stopping
 from spade_jax.engine.api import Completion, Request
+from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.slot_engine import SlotEngine
 from spade_jax.engine.state import pick_bucket
 
@@ -51,11 +52,15 @@ class _Turn:
 class SlotConversationEngine:
   """Continuous-batching ConversationEngine over a model; see the module docstring."""
 
-  def __init__(self, model: nnx.Module, *, num_slots: int = 8, max_cache_len: int = 1024,
-               prefill_buckets=(32, 128, 512), decode_steps_per_poll: int = 16,
+  def __init__(self, model: nnx.Module, *, num_slots: int = EngineConfig.num_slots,
+               max_cache_len: int = EngineConfig.max_cache_len,
+               prefill_buckets=EngineConfig.prefill_buckets,
+               decode_steps_per_poll: int = EngineConfig.decode_steps_per_poll,
                detokenize: stopping.Detokenize | None = None, max_stop_ids: int = 8,
-               cache_dtype: str | None = None, mesh=None, decode_widths=None,
-               decode_lengths=None):
+               cache_dtype: str | None = None, mesh=None,
+               decode_widths=EngineConfig.decode_widths,
+               decode_lengths=EngineConfig.decode_lengths):
+    """Defaults: `EngineConfig`'s (config.engine); docs/engine.md explains each size."""
     self.engine = SlotEngine(model, num_slots=num_slots, max_cache_len=max_cache_len,
                          prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
                          max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,

@@ -22,6 +22,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 from spade_jax.engine import stopping
 from spade_jax.engine.api import Completion, Request, SamplingParams
+from spade_jax.engine.config import EngineConfig
 
 # reply_fn(conversation_id, history_token_ids, params) -> tokens, or (tokens, logprobs).
 ReplyFn = Callable[[Hashable, tuple[int, ...], SamplingParams],
@@ -41,7 +42,8 @@ class _Turn:
 class FakeEngine:
   """Scripted ConversationEngine; see the module docstring for the semantics."""
 
-  def __init__(self, reply_fn: ReplyFn, *, num_slots: int = 8, steps_per_poll: int = 8,
+  def __init__(self, reply_fn: ReplyFn, *, num_slots: int = EngineConfig.num_slots,
+               steps_per_poll: int = EngineConfig.decode_steps_per_poll,
                max_cache_len: int | None = None,
                detokenize: stopping.Detokenize | None = None):
     if num_slots <= 0 or steps_per_poll <= 0:

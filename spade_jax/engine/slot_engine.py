@@ -32,6 +32,7 @@ from jax.sharding import NamedSharding
 
 from spade_jax.engine import sampling
 from spade_jax.engine.api import SamplingParams
+from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.state import (
   DecodeState,
   Prefix,
@@ -201,11 +202,13 @@ class Block:
 class SlotEngine:
   """Slot-level engine over one model. Host-side methods pad to buckets and call the jits."""
 
-  def __init__(self, model: nnx.Module, *, num_slots: int = 8, max_cache_len: int = 1024,
-               prefill_buckets: Sequence[int] = (32, 128, 512), decode_steps: int = 16,
+  def __init__(self, model: nnx.Module, *, num_slots: int = EngineConfig.num_slots,
+               max_cache_len: int = EngineConfig.max_cache_len,
+               prefill_buckets: Sequence[int] = EngineConfig.prefill_buckets,
+               decode_steps: int = EngineConfig.decode_steps_per_poll,
                max_stop_ids: int = 8, cache_dtype: str | None = None, mesh=None,
-               decode_widths: Sequence[int] | None = None,
-               decode_lengths: Sequence[int] | None = None):
+               decode_widths: Sequence[int] | None = EngineConfig.decode_widths,
+               decode_lengths: Sequence[int] | None = EngineConfig.decode_lengths):
     if num_slots < 1 or max_cache_len < 2 or decode_steps < 1 or not prefill_buckets:
       raise ValueError(f"SlotEngine: need num_slots >= 1 (got {num_slots}), max_cache_len >= 2 "
                        f"({max_cache_len}), decode_steps >= 1 ({decode_steps}) and at least "

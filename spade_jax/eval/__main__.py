@@ -20,6 +20,7 @@ import time
 from spade_jax import storage
 from spade_jax.eval import compare, evaluate
 from spade_jax.eval.suites import get_suite
+from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 
 
@@ -33,8 +34,9 @@ def _data(pairs: list[str]) -> dict[str, str]:
   return out
 
 
-def _pool(isolation: str, timeout_s: float) -> SandboxPool:
-  return SandboxPool(num_workers=2, reset_timeout_s=timeout_s, isolation=isolation)
+def _pool(args) -> SandboxPool:
+  return SandboxPool(num_workers=args.num_workers, reset_timeout_s=args.timeout_s,
+                     isolation=args.isolation)
 
 
 def _summary_path(out: str) -> str:
@@ -66,6 +68,15 @@ def _write_summary(out: str, summaries, meta: dict) -> None:
   print(json.dumps({**doc, "out": out, "summary": _summary_path(out)}), flush=True)
 
 
+def engine_sizes(args) -> dict:
+  """`run`'s engine sizes: the flags given, config.engine's defaults (EngineConfig) for the
+  rest."""
+  from spade_jax.engine.config import EngineConfig  # pylint: disable=import-outside-toplevel
+  return {"num_slots": args.num_slots or EngineConfig.num_slots,
+          "max_cache_len": args.max_cache_len or EngineConfig.max_cache_len,
+          "prefill_buckets": tuple(args.prefill_buckets or EngineConfig.prefill_buckets)}
+
+
 def _run(args) -> None:
   # jax and the model load only for `run` (score and compare start in a second).
   from spade_jax.engine.api import SamplingParams
@@ -81,10 +92,8 @@ def _run(args) -> None:
     tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
   except ValueError as e:  # no tokenizer to be found: one line, not a traceback
     raise SystemExit(f"error: {e}") from None
-  engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, num_slots=args.num_slots,
-                                 max_cache_len=args.max_cache_len,
-                                 prefill_buckets=tuple(args.prefill_buckets))
-  pool = _pool(args.isolation, args.timeout_s) if any(s.needs_pool for s in suites) else None
+  engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, **engine_sizes(args))
+  pool = _pool(args) if any(s.needs_pool for s in suites) else None
   generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1, seed=args.seed),
                         cache_len, progress=not args.quiet)
   requests = [evaluate.SuiteRequest(s.name, data.get(s.name), args.limit, args.samples)
@@ -103,7 +112,7 @@ def _run(args) -> None:
 
 def _score(args) -> None:
   suite = get_suite(args.suite, _data(args.data).get(args.suite))
-  pool = _pool(args.isolation, args.timeout_s) if suite.needs_pool else None
+  pool = _pool(args) if suite.needs_pool else None
   try:
     summaries = evaluate.score_file(args.suite, args.predictions, _data(args.data).get(args.suite),
                                     pool, args.out)
@@ -118,7 +127,8 @@ def _compare(args) -> None:
                       (storage.path(args.a).stem[:10], storage.path(args.b).stem[:10])))
 
 
-def main(argv=None) -> None:
+def build_parser() -> argparse.ArgumentParser:
+  """The command line: verbs run, score and compare."""
   parser = argparse.ArgumentParser(prog="python -m spade_jax.eval", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
   verbs = parser.add_subparsers(dest="verb", required=True)
@@ -134,9 +144,11 @@ def main(argv=None) -> None:
   run.add_argument("--top-p", type=float, default=None)
   run.add_argument("--seed", type=int, default=0)
   run.add_argument("--dtype", default="float32")
-  run.add_argument("--num-slots", type=int, default=16)
-  run.add_argument("--max-cache-len", type=int, default=8192)
-  run.add_argument("--prefill-buckets", type=int, nargs="+", default=[256, 1024, 4096])
+  # Engine sizes: unset = config.engine's defaults (spade_jax/engine/config.py, EngineConfig).
+  run.add_argument("--num-slots", type=int, default=None, help="default: config.engine's")
+  run.add_argument("--max-cache-len", type=int, default=None, help="default: config.engine's")
+  run.add_argument("--prefill-buckets", type=int, nargs="+", default=None,
+                   help="default: config.engine's")
   run.add_argument("--quiet", action="store_true", help="no progress bar")
   score = verbs.add_parser("score", help="score predictions written elsewhere (no model)")
   score.add_argument("--suite", required=True)
@@ -146,12 +158,19 @@ def main(argv=None) -> None:
                       "runs/eval/<checkpoint name>.jsonl; score: <predictions>.<suite>.jsonl)")
     verb.add_argument("--data", action="append", default=[], metavar="NAME=PATH",
                       help="data file of a suite whose data users bring (aime, gpqa, ...)")
-    verb.add_argument("--isolation", default="strict", help="least sandbox isolation accepted")
+    verb.add_argument("--isolation", default=SandboxConfig.isolation,
+                      help="least sandbox isolation accepted")
+    verb.add_argument("--num-workers", type=int, default=SandboxConfig.num_workers,
+                      help="sandbox jails (config.sandbox.num_workers' default)")
     verb.add_argument("--timeout-s", type=float, default=10.0, help="wall clock per program")
   cmp = verbs.add_parser("compare", help="per-suite table of two summary files")
   cmp.add_argument("a")
   cmp.add_argument("b")
-  args = parser.parse_args(argv)
+  return parser
+
+
+def main(argv=None) -> None:
+  args = build_parser().parse_args(argv)
   if args.verb != "compare" and args.out is None:
     args.out = default_out(args)
   {"run": _run, "score": _score, "compare": _compare}[args.verb](args)

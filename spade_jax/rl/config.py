@@ -1,18 +1,19 @@
 """GRPO trainer settings: one frozen struct read from `config.rl`, checked once at start.
 
-`RLConfig.from_config(config.rl)` accepts an `ml_collections.ConfigDict` or a plain
-mapping. Missing fields take the defaults below; unknown fields and bad values raise a
-`ValueError` naming the field, so a typo in a launch override fails before anything
-compiles.
+`RLConfig.from_config(config.rl, temperature=...)` accepts an `ml_collections.ConfigDict`
+or a plain mapping. Missing fields take the defaults below; unknown fields and bad values
+raise a `ConfigError` naming the field, so a typo in a launch override fails before
+anything compiles. `temperature` is derived (the rollouts' sampling temperature): the
+experiment (`spade_jax.experiment.Experiment`) passes it, config.rl does not hold it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from spade_jax.checks import ConfigError, derived, is_number, require, settable_fields
 from spade_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from spade_jax.rl.aggregation import AGGREGATIONS
 from spade_jax.rl.kl import KL_ESTIMATORS
@@ -62,16 +63,15 @@ class RLConfig:
   logprob_positions: str = "loss"
   logprob_remat: bool = False  # recompute chunk logits in the backward: no [B, T, V] kept
   # The rollouts' sampling temperature (logits are divided by it). Not a config.rl field:
-  # Trainer.from_config takes it from config.sampling (SelfPlaySettings.temperature).
-  temperature: float = 1.0
+  # the experiment derives it from config.sampling (SelfPlayConfig.temperature).
+  temperature: float = derived(1.0, "sampling.agent.temperature")
 
   def __post_init__(self):
     for name, options in (("schedule", SCHEDULES), ("kl_estimator", tuple(KL_ESTIMATORS)),
                           ("loss_agg", tuple(AGGREGATIONS)),
                           ("logprob_positions", LOGPROB_POSITIONS),
                           ("adv_estimator", tuple(ADVANTAGE_ESTIMATORS))):
-      if getattr(self, name) not in options:
-        raise ValueError(f"config.rl.{name}={getattr(self, name)!r}; expected one of {options}")
+      _check(getattr(self, name) in options, name, f"one of {options}", getattr(self, name))
     _check(self.learning_rate > 0, "learning_rate", "> 0", self.learning_rate)
     _check(self.warmup_steps >= 0, "warmup_steps", ">= 0", self.warmup_steps)
     _check(self.total_steps > 0, "total_steps", "> 0", self.total_steps)
@@ -95,32 +95,31 @@ class RLConfig:
     _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
 
   @classmethod
-  def from_config(cls, rl: Mapping[str, Any] | Any) -> RLConfig:
-    """Builds the struct from `config.rl` (ConfigDict or mapping); unknown keys raise."""
+  def from_config(cls, rl: Mapping[str, Any] | Any, *, temperature: float = 1.0) -> RLConfig:
+    """Builds the struct from `config.rl` (ConfigDict or mapping) and the rollouts'
+    temperature; unknown keys raise. Integral floats of int fields become ints."""
     values = dict(rl.to_dict() if hasattr(rl, "to_dict") else rl)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in settable_fields(cls)}
     if "temperature" in values:
-      raise ValueError("config.rl.temperature is not a setting: the trainer uses the rollouts' "
-                       "temperature, config.sampling.agent.temperature")
+      raise ConfigError("config.rl.temperature is not a setting: the trainer uses the "
+                        "rollouts' temperature, config.sampling.agent.temperature")
     unknown = sorted(set(values) - set(fields))
     if unknown:
-      raise ValueError(f"unknown config.rl field(s) {unknown}; known: {sorted(fields)}")
+      raise ConfigError(f"unknown config.rl field(s) {unknown}; known: {sorted(fields)}")
     typed = {}
     for name, value in values.items():
       default = fields[name].default
       if isinstance(default, bool):
-        if not isinstance(value, bool):
-          raise ValueError(f"config.rl.{name}={value!r}; expected a bool")
+        require(isinstance(value, bool), f"rl.{name}", value, "a bool")
       elif isinstance(default, (int, float)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-          raise ValueError(f"config.rl.{name}={value!r}; expected a number")
-        if isinstance(default, int) and value != int(value):
-          raise ValueError(f"config.rl.{name}={value!r}; expected an integer")
+        require(is_number(value), f"rl.{name}", value, "a number")
+        if isinstance(default, int):
+          require(value == int(value), f"rl.{name}", value, "an integer")
         value = type(default)(value)
       typed[name] = value
-    return cls(**typed)
+    return cls(**typed, temperature=temperature)
 
 
 def _check(ok: bool, name: str, expected: str, value: Any) -> None:
-  if not ok or (isinstance(value, float) and not math.isfinite(value)):
-    raise ValueError(f"config.rl.{name}={value!r}; expected {expected}")
+  require(ok and (not isinstance(value, float) or is_number(value)), f"rl.{name}", value,
+          expected)

@@ -1,6 +1,6 @@
 """The GRPO Trainer: owns the policy's parameters, optimiser state and checkpoints.
 
-    trainer = Trainer(config.rl, model, mesh)          # or Trainer.from_config(config, ...)
+    trainer = Trainer(rl_config, model, mesh)          # or Trainer.for_run(...) (run.py)
     metrics = trainer.train_step(batch)                # batch: rl.batch.TrainBatch
     engine.load_weights(trainer.params)                # before the next rollout
 
@@ -19,7 +19,6 @@ reference stays the initial model, exactly as in the uninterrupted run.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import os
 from collections.abc import Callable
@@ -87,24 +86,19 @@ class Trainer:
       self.ref_params = self._placed(self._fns.copy(params)) if separate_ref else None
 
   @classmethod
-  def from_config(cls, config: Any, model: nnx.Module, mesh: Mesh | None = None,
-                  workdir: str | os.PathLike | None = None, *,
-                  temperature: float = 1.0) -> Trainer:
-    """Reads config.rl, config.seed and config.train.{checkpoint_every, keep_checkpoints}.
-
-    `temperature` is the rollouts' sampling temperature (`SelfPlaySettings.temperature`,
-    derived from config.sampling): the trainer's log-probs divide the logits by it.
-    """
-    rl = dataclasses.replace(RLConfig.from_config(config.rl), temperature=float(temperature))
-    checkpoints = None
-    if workdir is not None:
-      checkpoints = CheckpointManager(
-          storage.join(workdir, "checkpoints"), save_every=int(config.train.checkpoint_every),
-          keep=int(config.train.keep_checkpoints))
-    trainer = cls(rl, model, mesh, seed=int(config.seed), checkpoints=checkpoints)
-    if checkpoints is not None and model.cfg.lora_rank:  # what `load_model` rebuilds it on
-      lora_io.write_base_record(checkpoints.directory, model, checkpoint=config.model.checkpoint,
-                                preset=config.model.preset, seed=int(config.seed))
+  def for_run(cls, rl: RLConfig, model: nnx.Module, mesh: Mesh | None,
+              workdir: str | os.PathLike, *, seed: int, save_every: int, keep: int,
+              checkpoint: str = "", preset: str = "") -> Trainer:
+    """A trainer that checkpoints under <workdir>/checkpoints every `save_every` updates,
+    keeping the newest `keep`. `rl` comes whole from the experiment (its temperature is
+    the rollouts'); with LoRA, `checkpoint` / `preset` / `seed` record the frozen base
+    that `load_model` rebuilds the adapters on."""
+    checkpoints = CheckpointManager(storage.join(workdir, "checkpoints"), save_every=save_every,
+                                    keep=keep)
+    trainer = cls(rl, model, mesh, seed=seed, checkpoints=checkpoints)
+    if model.cfg.lora_rank:  # what `load_model` rebuilds it on
+      lora_io.write_base_record(checkpoints.directory, model, checkpoint=checkpoint,
+                                preset=preset, seed=seed)
     return trainer
 
   @property

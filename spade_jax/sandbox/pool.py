@@ -23,6 +23,7 @@ from collections.abc import Hashable, Sequence
 from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, validate
 from spade_jax.sandbox import isolation as isolation_lib
 from spade_jax.sandbox.api import EnvStep, OracleActions, ValidationResult
+from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.worker_handle import ACK_TIMEOUT_S, WorkerError, WorkerHandle
 
 log = logging.getLogger(__name__)
@@ -48,16 +49,20 @@ def _raise_fd_limit() -> None:
 class SandboxPool:
   """The process pool; construct once (from a long-lived thread) and `close` at the end."""
 
-  def __init__(self, num_workers: int = 2, max_turns: int = contract.MAX_TURNS_CAP,
-               reset_timeout_s: float = contract.DEFAULT_RESET_TIMEOUT_S,
-               step_timeout_s: float = contract.DEFAULT_STEP_TIMEOUT_S,
-               memory_mb: int = contract.DEFAULT_MEMORY_MB, isolation: str = "strict",
+  def __init__(self, num_workers: int = SandboxConfig.num_workers,
+               max_turns: int = contract.MAX_TURNS_CAP,
+               reset_timeout_s: float = SandboxConfig.reset_timeout_s,
+               step_timeout_s: float = SandboxConfig.step_timeout_s,
+               memory_mb: int = SandboxConfig.memory_mb,
+               isolation: str = SandboxConfig.isolation,
                check_constant: bool = True, require_tools: bool = False,
-               require_oracle: bool = False,
+               require_oracle: bool = SandboxConfig.require_oracle,
                validation_timeout_s: float = contract.VALIDATION_TIMEOUT_S,
                cpu_s: int = 60, fsize_mb: int = 1, nofile: int = 32,
                worker_memory_mb: int = 8192, worker_pids: int = 4096):
     """Detects the host's isolation layers, starts the workers and runs one smoke episode.
+
+    The defaults of the settings config.sandbox holds are `SandboxConfig`'s.
 
     num_workers: jails (zygotes); each hosts any number of live episode processes, which
       run in parallel, so this bounds fault blast radius and fork throughput, not

@@ -1,7 +1,7 @@
 """The SPADE self-play loop: designer, agent episodes, regret, memory, corpus, schedule.
 
 `SelfPlayLoop(settings, engine=..., pool=..., tokenizer=..., trainer=...)` runs one step per
-`.step()` and returns a `StepRecord`; `SelfPlaySettings.from_config(config)` builds its
+`.step()` and returns a `StepRecord`; `SelfPlayConfig.from_config(config)` builds its
 settings. The composition root that wires a real run is `spade_jax.run`.
 
 The names are resolved on first use (PEP 562), so the jax-free parts of the package (the
@@ -10,7 +10,7 @@ corpus, the prompts) import without pulling in the engine.
 
 import importlib
 
-_EXPORTS = {"SelfPlayLoop": "loop", "SelfPlaySettings": "settings", "StepRecord": "record",
+_EXPORTS = {"SelfPlayLoop": "loop", "SelfPlayConfig": "config", "StepRecord": "record",
             "EnvReport": "record"}
 __all__ = sorted(_EXPORTS)
 

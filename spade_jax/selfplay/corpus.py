@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from spade_jax.checks import from_section, is_int, require
 from spade_jax.selfplay import science_corpus
 
 _FORMAT_BY_SUFFIX = {".txt": "text", ".md": "text", ".text": "text", ".jsonl": "jsonl",
@@ -55,7 +56,35 @@ class Passage:
   origin: str = "the corpus"  # where it comes from, as the designer prompt names it
 
 
-DEFAULT_MAX_CHARS = 2000  # config.corpus.max_chars' default
+DEFAULT_MAX_CHARS = 2000  # config.corpus.max_chars' default (CorpusConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusConfig:
+  """`config.corpus`: where the designer's passages come from and how long they are."""
+
+  paths: tuple[str, ...] = ()  # files / globs (text, JSONL, Parquet); () = built-in science corpus
+  format: str = "auto"  # "auto" (by suffix), "text", "jsonl" or "parquet"
+  text_field: str = "text"  # JSONL key / Parquet column holding the document
+  max_chars: int = DEFAULT_MAX_CHARS  # passages are cut to this many characters
+  seed: int = 0  # shuffle seed (reshuffled every epoch)
+
+  def __post_init__(self):
+    if isinstance(self.paths, str):  # one path or glob
+      object.__setattr__(self, "paths", (self.paths,) if self.paths else ())
+    require(isinstance(self.paths, tuple) and all(isinstance(p, str) for p in self.paths),
+            "corpus.paths", self.paths, "a tuple of file paths or globs")
+    require(self.format in FORMATS, "corpus.format", self.format, f"one of {FORMATS}")
+    require(isinstance(self.text_field, str) and self.text_field != "", "corpus.text_field",
+            self.text_field, "a non-empty string")
+    require(is_int(self.max_chars) and self.max_chars >= 1, "corpus.max_chars", self.max_chars,
+            "an int >= 1")
+    require(is_int(self.seed), "corpus.seed", self.seed, "an int")
+
+  @classmethod
+  def from_config(cls, corpus: Mapping[str, Any] | Any) -> CorpusConfig:
+    """The struct of `config.corpus` (a ConfigDict or a mapping)."""
+    return from_section(cls, corpus, "corpus")
 
 
 def passage_of(document: tuple[str, str, str], max_chars: int = DEFAULT_MAX_CHARS) -> Passage:
@@ -192,11 +221,9 @@ def _host_shard() -> tuple[int, int]:
   return jax.process_index(), jax.process_count()
 
 
-def make_corpus(corpus_config: Mapping[str, Any] | Any,
-                shard: tuple[int, int] | None = None) -> Corpus:
+def make_corpus(corpus_config: CorpusConfig, shard: tuple[int, int] | None = None) -> Corpus:
   """Builds the corpus described by `config.corpus` for this host (or the given shard)."""
-  paths = corpus_config.paths
-  paths = [paths] if isinstance(paths, str) else list(paths)
+  paths = list(corpus_config.paths)
   if any(paths):
     docs = read_documents(paths, corpus_config.format, corpus_config.text_field)
     if not docs:

@@ -18,7 +18,7 @@ designs get a row, with which reward, in which group, and with which additive ad
 A valid design whose environment has no regret (an arm without a playable episode) never gets
 a row in any mode. With `designer_group_by_category` the group is (refresh, category) instead
 of the refresh. The validity z-score uses the population std plus VALIDITY_EPS. Each choice is
-one function in the `DESIGNER_ADVANTAGES` registry, whose names settings.py accepts.
+one function in the `DESIGNER_ADVANTAGES` registry, whose names config.py accepts.
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _validity_terms(rows: list[ScoredDesign], by_category: bool, weight: float) 
   return out.tolist()
 
 
-# The registry `selfplay.designer_advantage` names (settings.py checks the name against it).
+# The registry `selfplay.designer_advantage` names (config.py checks the name against it).
 Choice = Callable[[list[ScoredDesign], _Options], list[DesignerTarget]]
 DESIGNER_ADVANTAGES: dict[str, Choice] = {
     "discard": _discard, "penalty": _penalty, "two_level": _two_level}

@@ -32,6 +32,7 @@ from typing import Any
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.selfplay import batching, designer, regret
 from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.designer_advantage import designer_targets
 from spade_jax.selfplay.episodes import Episode, EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
@@ -39,7 +40,6 @@ from spade_jax.selfplay.record import ARMS, EnvReport, StepRecord
 from spade_jax.selfplay.rlve import DifficultyWindows
 from spade_jax.selfplay.schedule import ActiveEnv, EnvSchedule, PendingDesign, split_budget
 from spade_jax.selfplay.seeding import derive_rng, derive_seed
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.selfplay.timing import Timings
 
 
@@ -61,7 +61,7 @@ class SelfPlayLoop:
   memory entries (origin "seed"): the initial memory and the fixed-environment set.
   """
 
-  def __init__(self, settings: SelfPlaySettings, *, engine, pool, tokenizer, trainer,
+  def __init__(self, settings: SelfPlayConfig, *, engine, pool, tokenizer, trainer,
                corpus, library: Sequence[MemoryEntry], memory: EnvMemory | None = None):
     self.settings = settings
     self.engine, self.pool, self.trainer, self.corpus = engine, pool, trainer, corpus

@@ -24,9 +24,9 @@ from typing import Any
 import numpy as np
 
 from spade_jax import config_schema, run
+from spade_jax.experiment import Experiment
 from spade_jax.model import from_pretrained, get_preset, make_mesh, save_pretrained
 from spade_jax.model.testing import random_model
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.starter import pretrain_text, sft_data, tokenizer_train, variants
 from spade_jax.starter.batches import BucketPlan, WindowPlan
 from spade_jax.starter.lm_step import batch_multiple
@@ -85,6 +85,11 @@ def load_config(name: str = "starter") -> Any:
   return module.get_config()
 
 
+def load_experiment(name: str = "starter") -> Experiment:
+  """The typed experiment of a configs/ module; its files are the build's to make, unchecked."""
+  return config_schema.validate(load_config(name), files=False)
+
+
 class Build:
   """The stages of one build directory; `run()` does what is not done yet."""
 
@@ -95,8 +100,8 @@ class Build:
     self.out = pathlib.Path(out).absolute()
     self.stages = self.out / "stages"
     self.size, self.size_name = SIZES[size], size
-    self.config = load_config(config)
-    self.settings = SelfPlaySettings.from_config(self.config)
+    self.experiment = load_experiment(config)
+    self.settings = self.experiment.selfplay
     self.progress, self.seed = progress, seed
     self.deadline = None if minutes is None else time.time() + 60 * minutes
     self.cfg = get_preset(self.size.preset, compute_dtype=self.size.compute_dtype)
@@ -144,7 +149,7 @@ class Build:
 
   def _envs(self) -> dict[str, Any]:
     envs = variants.build_env_set(self.stages / "envs.jsonl", count=self.size.env_count,
-                                  seed=self.seed, num_workers=int(self.config.sandbox.num_workers),
+                                  seed=self.seed, num_workers=self.experiment.sandbox.num_workers,
                                   progress=self.progress)
     return {"count": len(envs)}
 
@@ -191,7 +196,7 @@ class Build:
     cache = self.stages / "sft_examples.jsonl"
     if not cache.is_file():
       tok, envs = self.tokenizer(), variants.load_env_set(self.stages / "envs.jsonl")
-      pool = run.build_pool(self.config)
+      pool = run.build_pool(self.experiment)
       try:
         rows = (sft_data.designer_examples(envs, tok, self.settings, seed=self.seed,
                                            per_env=self.size.designer_per_env)
@@ -219,7 +224,7 @@ class Build:
     return {"files": files}
 
   def _mesh(self):
-    return make_mesh(dict(self.config.mesh))
+    return make_mesh(self.experiment.mesh_shape)
 
 
 def _save_npz(path: pathlib.Path, **arrays: np.ndarray) -> None:

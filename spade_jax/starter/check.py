@@ -31,10 +31,10 @@ from spade_jax.model import from_pretrained
 from spade_jax.model.testing import random_model
 from spade_jax.selfplay import designer, prompts
 from spade_jax.selfplay.chat import ChatFormatter
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import sft_data, variants
-from spade_jax.starter.build import load_config
+from spade_jax.starter.build import load_experiment
 from spade_jax.tokenizer import load_tokenizer
 
 MIN_VALID_SHARE = 0.25
@@ -52,7 +52,7 @@ def read_passages(path: str | pathlib.Path) -> list[str]:
   return [row["text"] for row in rows]
 
 
-def design_requests(passages: list[str], settings: SelfPlaySettings,
+def design_requests(passages: list[str], settings: SelfPlayConfig,
                     max_chars: int) -> list[designer.DesignRequest]:
   """One request a passage: categories in turn, memory from the train seed games."""
   seeds = load_seed_library(settings.setting, split="train")
@@ -69,13 +69,14 @@ def design_requests(passages: list[str], settings: SelfPlaySettings,
   return requests
 
 
-def designer_gate(engine, pool, tokenizer, config, settings: SelfPlaySettings,
+def designer_gate(engine, pool, tokenizer, max_chars: int, settings: SelfPlayConfig,
                   passages: list[str], training_sources: set[str]) -> dict[str, Any]:
+  """max_chars: config.corpus.max_chars (passages are cut as the loop cuts them)."""
   params = dataclasses.replace(settings.designer_sampling,
                                stop_token_ids=tuple(tokenizer.stop_ids))
   samples = designer.generate_designs(
       engine, pool, ChatFormatter(tokenizer),
-      design_requests(passages, settings, int(config.corpus.max_chars)), params,
+      design_requests(passages, settings, max_chars), params,
       setting=settings.setting, step=0, timings=Timings(),
       max_prompt_tokens=settings.max_prompt_tokens(params), reward=settings.designer_reward)
   valid = [s for s in samples if s.valid]
@@ -106,8 +107,8 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
   """Runs both gates on the built directory; the result has "passed" and each figure."""
   del progress  # the engine and suites report nothing per item here
   directory = pathlib.Path(directory)
-  cfg = load_config(config)
-  settings = SelfPlaySettings.from_config(cfg)
+  experiment = load_experiment(config)
+  settings = experiment.selfplay
   texts = read_passages(passages) if passages else list(sft_data.heldout_passages(designs))
   texts = texts[:designs]
   tokenizer = load_tokenizer(directory)
@@ -116,11 +117,12 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
   env_file = directory / "stages" / "envs.jsonl"
   if env_file.is_file():
     training |= {variants.normalise_source(e.source) for e in variants.load_env_set(env_file)}
-  engine = run.build_engine(cfg, model, None)
-  cache_len = int(cfg.engine.max_cache_len)
-  pool = run.build_pool(cfg)
+  engine = run.build_engine(experiment.engine, model, None)
+  cache_len = experiment.engine.max_cache_len
+  pool = run.build_pool(experiment)
   try:
-    design = designer_gate(engine, pool, tokenizer, cfg, settings, texts, training)
+    design = designer_gate(engine, pool, tokenizer, experiment.corpus.max_chars, settings, texts,
+                           training)
     reply_cap = settings.agent_sampling.max_new_tokens
     agent = agent_returns(engine, pool, tokenizer, cache_len, reply_cap, episodes)
     engine.load_weights(nnx.state(random_model(model.cfg, seed=1), nnx.Param))

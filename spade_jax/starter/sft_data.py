@@ -25,10 +25,10 @@ from spade_jax.envs.library import load_seed_library
 from spade_jax.sandbox.contract import ORACLE_MIN_RETURN
 from spade_jax.selfplay import corpus, designer, replies
 from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 from spade_jax.selfplay.seeding import derive_rng, derive_seed
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter.passages import heldout_passages, split_documents, train_passages
 from spade_jax.starter.variants import VariantEnv
@@ -50,7 +50,7 @@ class SFTExample:
   meta: dict  # uid, base, category; designer: passage_id, memory; agent: arm, kind, return
 
 
-def _memory(envs: Sequence[VariantEnv], settings: SelfPlaySettings
+def _memory(envs: Sequence[VariantEnv], settings: SelfPlayConfig
             ) -> tuple[EnvMemory, dict[str, str]]:
   """The train-split seeds (as the loop's library) plus the set's variants as designed ones.
 
@@ -65,7 +65,7 @@ def _memory(envs: Sequence[VariantEnv], settings: SelfPlaySettings
 
 
 def design_request(env: VariantEnv, j: int, memory: EnvMemory, bases: dict[str, str],
-                   documents: Sequence, settings: SelfPlaySettings, seed: int, max_chars: int
+                   documents: Sequence, settings: SelfPlayConfig, seed: int, max_chars: int
                    ) -> designer.DesignRequest:
   """The j-th designer request whose answer is `env`: a passage and a memory sample.
 
@@ -96,7 +96,7 @@ def _not_siblings(env: VariantEnv, bases: dict[str, str]) -> list[str]:
   return [uid for uid, base in bases.items() if base != env.base or uid == env.uid]
 
 
-def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlaySettings, *,
+def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayConfig, *,
                       seed: int = 0, per_env: int = 1,
                       max_chars: int = corpus.DEFAULT_MAX_CHARS) -> list[SFTExample]:
   """per_env examples per environment; max_chars is config.corpus.max_chars.
@@ -182,7 +182,7 @@ def corrupt(actions: list[str], attempt: int, rng) -> list[str]:
   return actions[:at] + [action] + actions[at + 1:]
 
 
-def _play(pool, tokenizer, settings: SelfPlaySettings, specs: list[EpisodeSpec],
+def _play(pool, tokenizer, settings: SelfPlayConfig, specs: list[EpisodeSpec],
           plans: dict[Hashable, list]) -> list:
   """Plays each spec with its plan as the scripted replies, through the loop's runner."""
   turn: dict[Hashable, int] = {}
@@ -204,7 +204,7 @@ def _play(pool, tokenizer, settings: SelfPlaySettings, specs: list[EpisodeSpec],
 
 
 def _spec(env: VariantEnv, arm: str, kind: str, seed: int, n_actions: int,
-          settings: SelfPlaySettings) -> EpisodeSpec:
+          settings: SelfPlayConfig) -> EpisodeSpec:
   reset = derive_seed(seed, "starter-reset", kind, env.uid, arm)
   return EpisodeSpec((kind, env.uid, arm), env.uid, arm, env.source,
                      env.hint if arm == "hint" else None, reset, 0,
@@ -218,7 +218,7 @@ def _example(ep, env: VariantEnv, kind: str, actions: list) -> SFTExample:
                      "turns": ep.turns, "reset_seed": ep.spec.seed, "actions": list(actions)})
 
 
-def agent_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlaySettings, pool, *,
+def agent_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayConfig, pool, *,
                    seed: int = 0, imperfect_share: float = 0.25) -> list[SFTExample]:
   """Oracle episodes of every environment in both arms, plus imperfect ones (module doc).
 

@@ -33,6 +33,7 @@ from collections.abc import Iterator
 
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.envs.library import HELDOUT_GAMES, SeedEnv, load_seed_library
+from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.starter import variant_tables as tables
 from spade_jax.starter.env_set import VariantEnv, append_env_set, read_env_set
@@ -155,7 +156,7 @@ def load_env_set(path: str | os.PathLike) -> list[VariantEnv]:
 
 
 def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 0,
-                  num_workers: int = 2, progress: bool = True,
+                  num_workers: int = SandboxConfig.num_workers, progress: bool = True,
                   stats: dict | None = None) -> list[VariantEnv]:
   """The first `count` valid candidates of the stream, written to and resumed from `out_path`.
 
@@ -212,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--out", required=True, help="JSONL file (resumed when it exists)")
   parser.add_argument("--count", type=int, default=320)
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--num-workers", type=int, default=2)
+  parser.add_argument("--num-workers", type=int, default=SandboxConfig.num_workers,
+                      help="sandbox jails (config.sandbox.num_workers' default)")
   args = parser.parse_args(argv)
   start, stats = time.monotonic(), {}
   envs = build_env_set(args.out, count=args.count, seed=args.seed,

@@ -4,37 +4,35 @@ eval/<suite>/<metric> scalars and the records under the workdir."""
 import glob
 
 import pytest
-from ml_collections import ConfigDict
 
 from spade_jax.config_schema import base_config
 from spade_jax.engine.fake import FakeEngine
 from spade_jax.envs.library import HELDOUT_GAMES
-from spade_jax.eval.settings import EvalSettings
+from spade_jax.eval.config import EvalConfig
 from spade_jax.metrics.logger import StepLogger
 from spade_jax.run import run_evaluation, seed_entries
 from spade_jax.sandbox.fake import FakePool
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.tokenizer import load_tiny
 
 
 def test_settings_defaults_off_and_checked():
-  settings = EvalSettings.from_config(base_config())
-  assert settings == EvalSettings() and not settings.due(16)
-  assert EvalSettings(suites=("humaneval",), every=4).due(8)
+  settings = EvalConfig.from_config(base_config())
+  assert settings == EvalConfig() and not settings.due(16)
+  assert EvalConfig(suites=("humaneval",), every=4).due(8)
   with pytest.raises(ValueError, match="unknown suites"):
-    EvalSettings(suites=("nope",))
+    EvalConfig(suites=("nope",))
   with pytest.raises(ValueError, match="config.eval.limit"):
-    EvalSettings(limit=0)
+    EvalConfig(limit=0)
 
 
 def test_run_evaluation_writes_scalars_and_records(tmp_path):
   tokenizer = load_tiny()
   action = tokenizer.encode("<action>1</action>") + [tokenizer.eos_id]
   engine = FakeEngine(lambda cid, history, params: action, max_cache_len=4096)
-  config = ConfigDict({"engine": {"max_cache_len": 4096}})
-  evals = EvalSettings(suites=("seed_games_heldout",), every=1, limit=2, max_new_tokens=16)
+  evals = EvalConfig(suites=("seed_games_heldout",), every=1, limit=2, max_new_tokens=16)
   pool = FakePool(max_turns=4)  # trusted seed sources only
-  scalars = run_evaluation(evals, engine, pool, tokenizer, config, str(tmp_path), step=3)
+  scalars = run_evaluation(evals, engine, pool, tokenizer, 4096, str(tmp_path), step=3)
   assert set(scalars) == {"eval/seed_games_heldout/return",
                           "eval/seed_games_heldout/return_with_hint",
                           "eval/seed_games_heldout/hint_gap"}
@@ -47,7 +45,7 @@ def test_run_evaluation_writes_scalars_and_records(tmp_path):
 
 
 def test_hold_out_keeps_the_heldout_games_out_of_the_training_library():
-  settings = SelfPlaySettings.from_config(base_config())
+  settings = SelfPlayConfig.from_config(base_config())
   everything = {e.uid for e in seed_entries(settings)}
   training = {e.uid for e in seed_entries(settings, "train")}
   assert {f"seed/{n}" for n in HELDOUT_GAMES} <= everything

@@ -16,12 +16,11 @@ sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1]))
 from hf_random import randomize  # noqa: E402
 
 from spade_jax import export  # noqa: E402
-from spade_jax.config_schema import base_config  # noqa: E402
+from spade_jax.config_schema import base_config, validate  # noqa: E402
 from spade_jax.model.hf_config import CheckpointError  # noqa: E402
 from spade_jax.model.load import load_model  # noqa: E402
 from spade_jax.model.lora import LoRAParam  # noqa: E402
-from spade_jax.rl.trainer import Trainer  # noqa: E402
-from spade_jax.run import build_model  # noqa: E402
+from spade_jax.run import build_model, build_trainer  # noqa: E402
 
 TOL = 1e-4
 IDS = np.random.RandomState(0).randint(0, 96, size=(2, 11))
@@ -43,7 +42,9 @@ def test_peft_and_merged_exports_give_our_logits(tmp_path):
   config.model.checkpoint = str(base_dir)
   config.model.lora_rank, config.model.lora_alpha = 4, 8.0
   config.model.lora_targets = ("*_proj",)
-  trainer = Trainer.from_config(config, build_model(config, None), None, workdir)
+  experiment = validate(config)
+  trainer = build_trainer(experiment, build_model(experiment.model, experiment.seed, None), None,
+                          str(workdir))
   rng = np.random.default_rng(0)  # trained-looking adapters: B != 0
   nnx.update(trainer.policy, jax.tree.map(
       lambda x: jnp.asarray(rng.normal(0, 0.3, x.shape), x.dtype),

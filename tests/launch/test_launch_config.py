@@ -9,7 +9,7 @@ import pytest
 
 from spade_jax import config_schema
 from spade_jax.rl.config import RLConfig
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 
 sys.path.insert(0, os.fspath(config_schema.REPO_ROOT / "launch"))
 import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
@@ -47,9 +47,9 @@ def test_every_trainer_setting_is_in_the_base_config_with_its_default():
 
 
 def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
-  """One source of truth: the base config's self-play fields are SelfPlaySettings' defaults."""
-  settings = SelfPlaySettings.from_config(config_schema.base_config())
-  defaults = SelfPlaySettings()
+  """One source of truth: the base config's self-play fields are SelfPlayConfig' defaults."""
+  settings = SelfPlayConfig.from_config(config_schema.base_config())
+  defaults = SelfPlayConfig()
   assert settings == dataclasses.replace(defaults, max_cache_len=settings.max_cache_len)
   model = config_schema.base_config().model
   assert (model.param_dtype, model.compute_dtype, model.remat, model.attention_impl) == (
@@ -61,25 +61,26 @@ def test_trainer_temperature_is_the_rollouts():
     _parse("--config=smoke.py", "--config.rl.temperature=0.7")
   config, _, _ = _parse("--config=smoke.py", "--config.sampling.agent.temperature=0.7",
                         "--config.sampling.designer.temperature=0.7")
-  config_schema.validate(config)
-  assert SelfPlaySettings.from_config(config).temperature == 0.7
+  experiment = config_schema.validate(config)
+  assert experiment.selfplay.temperature == experiment.rl.temperature == 0.7
+  assert SelfPlayConfig.from_config(config).temperature == 0.7
 
 
 def test_model_remat_and_attention_kernel_reach_the_policy():
   from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
   config, _, _ = _parse("--config=smoke.py", "--config.model.remat=dots",
                         "--config.model.attention_impl=xla")
-  config_schema.validate(config)
-  cfg = build_model(config, mesh=None).cfg
+  experiment = config_schema.validate(config)
+  cfg = build_model(experiment.model, experiment.seed, mesh=None).cfg
   assert (cfg.remat, cfg.attention_impl) == ("dots", "xla")
 
 
 def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
   from spade_jax.run import build_model  # pylint: disable=import-outside-toplevel
   config, _, _ = _parse("--config=smoke.py", "--config.model.attention_impl=pallas_tpu")
-  config_schema.validate(config)  # a known kernel: the platform check is the builder's
+  experiment = config_schema.validate(config)  # a known kernel: the platform check is the builder's
   with pytest.raises(ValueError, match=r"config.model.attention_impl='pallas_tpu' needs a tpu"):
-    build_model(config, mesh=None)
+    build_model(experiment.model, experiment.seed, mesh=None)
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():

@@ -13,7 +13,7 @@ import pytest
 st = pytest.importorskip("sentence_transformers")
 
 from spade_jax.metrics import vendi  # noqa: E402
-from spade_jax.metrics.settings import MetricsSettings  # noqa: E402
+from spade_jax.metrics.config import MetricsConfig  # noqa: E402
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *"abcdefghijklmnopqrstuvwxyz",
          "class", "def", "self", "return", "reset", "step", "win", "seed"]
@@ -38,7 +38,7 @@ def model_dir(tmp_path_factory):
 
 
 def test_sentence_embeddings_are_unit_rows_and_feed_vendi(model_dir):
-  embedder = MetricsSettings(model_dir).embedder()
+  embedder = MetricsConfig(model_dir).embedder()
   assert isinstance(embedder, vendi.SentenceEmbedder)
   sources = ["class a: def reset(self, seed)", "def step(self): return win",
              "class a: def reset(self, seed)"]

@@ -109,11 +109,11 @@ def test_empty_set_is_nan():
 
 def test_metrics_settings_check_the_model_directory(tmp_path):
   from spade_jax.config_schema import base_config
-  from spade_jax.metrics.settings import MetricsSettings
-  assert MetricsSettings.from_config(base_config()).embedder() is None  # off by default
-  with pytest.raises(ValueError, match="embedding_model='/no/such/model' is not a directory"):
-    MetricsSettings("/no/such/model")
-  assert MetricsSettings(str(tmp_path)).embedding_model == str(tmp_path)
+  from spade_jax.metrics.config import MetricsConfig
+  assert MetricsConfig.from_config(base_config()).embedder() is None  # off by default
+  with pytest.raises(ValueError, match="embedding_model='/no/such/model': expected a directory"):
+    MetricsConfig("/no/such/model")
+  assert MetricsConfig(str(tmp_path)).embedding_model == str(tmp_path)
   from spade_jax.config_schema import ConfigError, validate
   config = base_config()
   config.metrics.embedding_model = "/no/such/model"

@@ -226,9 +226,9 @@ def test_config_errors_name_the_field():
     RLConfig.from_config({"kl_estimator": "k9"})
   with pytest.raises(ValueError, match="config.rl.clip_low=1.5"):
     RLConfig.from_config({"clip_low": 1.5})
-  with pytest.raises(ValueError, match="config.rl.tis_cap=-1.0; expected >= 0"):
+  with pytest.raises(ValueError, match="config.rl.tis_cap=-1.0: expected >= 0"):
     RLConfig.from_config({"tis_cap": -1.0})
-  with pytest.raises(ValueError, match="config.rl.adv_std_bessel=1; expected a bool"):
+  with pytest.raises(ValueError, match="config.rl.adv_std_bessel=1: expected a bool"):
     RLConfig.from_config({"adv_std_bessel": 1})
   with pytest.raises(ValueError, match="total_steps"):
     RLConfig.from_config({"schedule": "cosine", "warmup_steps": 10, "total_steps": 10})

@@ -15,8 +15,8 @@ import numpy as np
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.memory import MemoryEntry
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS, Tokenizer
 from spade_jax.tokenizer.chat_template import default_chat_template
 
@@ -153,12 +153,12 @@ def seed_library(tags=("S1", "S2"), categories=("s1", "s2")) -> list[MemoryEntry
           for tag, cat in zip(tags, categories, strict=True)]
 
 
-def make_settings(**overrides) -> SelfPlaySettings:
+def make_settings(**overrides) -> SelfPlayConfig:
   base = dict(skills=("s1", "s2"), seed=0, num_envs=2, k=2, group_size=2,
               categories_per_step=1, max_turns=3,
               designer_sampling=SamplingParams(max_new_tokens=4000),
               agent_sampling=SamplingParams(max_new_tokens=64))
-  return SelfPlaySettings(**{**base, **overrides})
+  return SelfPlayConfig(**{**base, **overrides})
 
 
 def make_engine(policy: ScriptedPolicy) -> FakeEngine:

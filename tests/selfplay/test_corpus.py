@@ -16,7 +16,7 @@ def _docs(n):
 def _cfg(paths=(), **kw):
   c = ConfigDict(dict(paths=paths, format="auto", text_field="text", max_chars=2000, seed=0))
   c.update(kw)
-  return c
+  return corpus_lib.CorpusConfig.from_config(c)
 
 
 def test_reads_text_jsonl_and_parquet(tmp_path):

@@ -7,9 +7,9 @@ import pytest
 from spade_jax import config_schema
 from spade_jax.rl.advantages import compute_advantages
 from spade_jax.selfplay.batching import build_train_batch, designer_samples
+from spade_jax.selfplay.config import ConfigError, SelfPlayConfig
 from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES, designer_targets
 from spade_jax.selfplay.schedule import PendingDesign, ScoredDesign
-from spade_jax.selfplay.settings import SelfPlaySettings, SettingsError
 
 # Issue 26's example: 4 invalid designs and valid ones with regret 0, 0.1, 0.2, 0.3.
 REGRETS = [0.0, 0.1, 0.2, 0.3]
@@ -47,7 +47,7 @@ def test_discard_is_the_paper_and_the_default():
   assert sorted(adv) == [0, 1, 2, 3]  # no row for the invalid nor for the unmeasured design
   np.testing.assert_allclose([adv[i] for i in range(4)], _z(REGRETS), rtol=1e-5)
   assert adv[0] < 0  # regret 0 is pushed down among valid designs, not up
-  assert SelfPlaySettings().designer_advantage == "discard"
+  assert SelfPlayConfig().designer_advantage == "discard"
   assert config_schema.base_config().selfplay.designer_advantage == "discard"
   assert _advantages(_scored(regrets=[]), "discard") == {}  # all invalid: no rows
 
@@ -96,11 +96,11 @@ def test_bad_settings_fail_clearly():
   """The registry's names are the accepted ones; anything else is one line naming the field."""
   assert tuple(DESIGNER_ADVANTAGES) == ("discard", "penalty", "two_level")
   for name in DESIGNER_ADVANTAGES:
-    assert SelfPlaySettings(designer_advantage=name).designer_advantage == name
+    assert SelfPlayConfig(designer_advantage=name).designer_advantage == name
   with pytest.raises(ValueError, match=r"designer_advantage='best': expected one of \("
                      r"'discard', 'penalty', 'two_level'\)$"):
     designer_targets(_scored(), "best")
-  with pytest.raises(SettingsError, match="selfplay.designer_advantage='best'"):
-    SelfPlaySettings(designer_advantage="best")
-  with pytest.raises(SettingsError, match="selfplay.validity_weight=-1"):
-    SelfPlaySettings(validity_weight=-1)
+  with pytest.raises(ConfigError, match="selfplay.designer_advantage='best'"):
+    SelfPlayConfig(designer_advantage="best")
+  with pytest.raises(ConfigError, match="selfplay.validity_weight=-1"):
+    SelfPlayConfig(validity_weight=-1)

@@ -31,9 +31,9 @@ from spade_jax.envs.library import load_seed_library
 from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.sandbox.api import EnvStep
 from spade_jax.sandbox.fake import FakePool
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
-from spade_jax.selfplay.settings import SelfPlaySettings
 
 TOK = ByteTokenizer()
 DESIGNS = {0: designer_reply("A"), 1: "I would rather not write code."}
@@ -291,7 +291,7 @@ def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
                                                 config_schema.CONFIG_DIR / "tool_use.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
-  settings = dataclasses.replace(SelfPlaySettings.from_config(module.get_config()), num_envs=2,
+  settings = dataclasses.replace(SelfPlayConfig.from_config(module.get_config()), num_envs=2,
                                  group_size=2, fixed_envs="grpo", max_cache_len=None)
   library = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
              for s in load_seed_library(kind="tool_use")]

@@ -103,9 +103,8 @@ def test_derived_seeds_are_stable_and_distinct():
 
 def test_settings_read_the_experiment_config():
   from spade_jax import config_schema
-  from spade_jax.selfplay.settings import SelfPlaySettings
   config = config_schema.base_config()
-  s = SelfPlaySettings.from_config(config)
+  s = config_schema.validate(config).selfplay  # the cache length derived from config.engine
   assert (s.num_envs, s.k, s.group_size) == (24, 4, 8)
   assert s.skills == tuple(config.selfplay.skills)
   assert s.designer_sampling.max_new_tokens == config.sampling.designer["max_new_tokens"]

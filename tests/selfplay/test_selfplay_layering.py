@@ -9,7 +9,8 @@ scripted engine, the sandbox pool, a tokenizer); nothing in the package imports 
 from layering import imports_of, under, violations
 
 SPADE_ALLOWED = ("spade_jax.selfplay", "spade_jax.engine.api", "spade_jax.sandbox.api",
-                 "spade_jax.sandbox.contract", "spade_jax.rl.batch", "spade_jax.envs")
+                 "spade_jax.sandbox.contract", "spade_jax.rl.batch", "spade_jax.envs",
+                 "spade_jax.checks")
 FORBIDDEN = ("spade_jax.metrics", "spade_jax.run", "spade_jax.config_schema", "launch")
 COMMANDS = {"selfplay/play.py": ("spade_jax.engine.fake", "spade_jax.sandbox",
                                  "spade_jax.tokenizer")}
@@ -35,7 +36,7 @@ def test_nothing_imports_the_play_command():
 
 def test_package_exports_the_loop_and_its_settings():
   import spade_jax.selfplay as selfplay
+  from spade_jax.selfplay.config import SelfPlayConfig
   from spade_jax.selfplay.loop import SelfPlayLoop
-  from spade_jax.selfplay.settings import SelfPlaySettings
-  assert selfplay.SelfPlayLoop is SelfPlayLoop and selfplay.SelfPlaySettings is SelfPlaySettings
-  assert set(selfplay.__all__) >= {"SelfPlayLoop", "SelfPlaySettings", "StepRecord"}
+  assert selfplay.SelfPlayLoop is SelfPlayLoop and selfplay.SelfPlayConfig is SelfPlayConfig
+  assert set(selfplay.__all__) >= {"SelfPlayLoop", "SelfPlayConfig", "StepRecord"}

@@ -3,7 +3,7 @@
 import pytest
 
 from spade_jax.envs.library import load_seed_library
-from spade_jax.selfplay.settings import SelfPlaySettings
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.starter import __main__ as starter_cli
 from spade_jax.starter import check
 
@@ -23,7 +23,7 @@ def test_read_passages_takes_text_fields_and_names_bad_lines(tmp_path):
 
 
 def test_design_requests_cycle_categories_with_train_memory():
-  settings = SelfPlaySettings(memory_sample_size=1)
+  settings = SelfPlayConfig(memory_sample_size=1)
   requests = check.design_requests(["x" * 900] * 8, settings, max_chars=600)
   assert [r.category for r in requests[:6]] == list(settings.skills)
   assert all(len(r.passage) == 600 and len(r.memory) == 1 for r in requests)

@@ -12,14 +12,14 @@ from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.sandbox.split import LocalExchange, SplitPool
 from spade_jax.selfplay import corpus, designer, prompts, replies
 from spade_jax.selfplay.chat import ChatFormatter
+from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.prompts import MemoryView
-from spade_jax.selfplay.settings import SelfPlaySettings
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import passages, sft_data, variants
 from spade_jax.tokenizer import load_tokenizer
 
 # The tiny tokenizer spends about one token per character of Python (STACK_NOTES).
-SETTINGS = SelfPlaySettings(designer_sampling=SamplingParams(max_new_tokens=8192))
+SETTINGS = SelfPlayConfig(designer_sampling=SamplingParams(max_new_tokens=8192))
 
 
 @pytest.fixture(scope="module")

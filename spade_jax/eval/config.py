@@ -1,4 +1,4 @@
-"""`config.eval`: held-out evaluation during training, as one frozen settings struct.
+"""`config.eval`: held-out evaluation during training, as one frozen struct.
 
 Every `every` steps (0 = never) the composition root runs `suites` on the current weights
 (the training engine and sandbox pool), the first `limit` items of each with `samples`
@@ -13,11 +13,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from spade_jax.checks import from_section, is_int, require
 from spade_jax.eval.suites import SUITES
 
 
 @dataclasses.dataclass(frozen=True)
-class EvalSettings:
+class EvalConfig:
+  """Which suites run on the current weights, how often, and how much of each."""
+
   suites: tuple[str, ...] = ()
   every: int = 0
   limit: int = 16
@@ -27,20 +30,19 @@ class EvalSettings:
 
   def __post_init__(self):
     unknown = [s for s in self.suites if s not in SUITES]
-    if unknown:
-      raise ValueError(f"config.eval.suites has unknown suites {unknown}; known: "
-                       f"{sorted(SUITES)}")
+    require(not unknown, "eval.suites", self.suites,
+            f"suite names (unknown suites {unknown}; known: {sorted(SUITES)})")
     for name in ("every", "limit", "samples", "max_new_tokens"):
       low = 0 if name == "every" else 1
-      if getattr(self, name) < low:
-        raise ValueError(f"config.eval.{name}={getattr(self, name)} must be >= {low}")
+      require(is_int(getattr(self, name)) and getattr(self, name) >= low, f"eval.{name}",
+              getattr(self, name), f"an int >= {low}")
+    require(isinstance(self.hold_out_seed_games, bool), "eval.hold_out_seed_games",
+            self.hold_out_seed_games, "a bool")
 
   def due(self, step: int) -> bool:
     return bool(self.suites) and self.every > 0 and step % self.every == 0
 
   @classmethod
-  def from_config(cls, config: Any) -> EvalSettings:
-    e = config.eval
-    return cls(suites=tuple(str(s) for s in e.suites), every=int(e.every), limit=int(e.limit),
-               samples=int(e.samples), max_new_tokens=int(e.max_new_tokens),
-               hold_out_seed_games=bool(e.hold_out_seed_games))
+  def from_config(cls, config: Any) -> EvalConfig:
+    """The struct of `config.eval`."""
+    return from_section(cls, config.eval, "eval")

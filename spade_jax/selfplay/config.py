@@ -1,7 +1,8 @@
 """The self-play loop's settings: one frozen struct, the single source of its defaults.
 
-`SelfPlaySettings.from_config(config)` reads `config.seed`, `config.setting`,
-`config.selfplay.*`, `config.sampling.{designer, agent}` and `config.engine.max_cache_len`;
+`SelfPlayConfig.from_config(config, max_cache_len=...)` reads `config.seed`,
+`config.setting`, `config.selfplay.*` and `config.sampling.{designer, agent}`; the engine's
+cache length is derived (the experiment passes `config.engine.max_cache_len`).
 `spade_jax.config_schema.base_config()` takes its self-play and sampling defaults from the
 fields below. The struct checks itself on construction, so the launcher's validation and the
 loop share one set of checks; each failure names the config field, its value and what was
@@ -11,10 +12,10 @@ expected.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
+from spade_jax.checks import ConfigError, derived, is_int, is_number, require
 from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
 from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES
@@ -29,25 +30,15 @@ FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adapti
 # The config path of each field whose name differs from its place under config.selfplay.
 _FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfplay.memory.capacity",
                 "memory_sample_size": "selfplay.memory.sample_size",
-                "designer_sampling": "sampling.designer", "agent_sampling": "sampling.agent",
-                "max_cache_len": "engine.max_cache_len"}
-
-
-class SettingsError(ValueError):
-  """A self-play setting the loop cannot run with; the message names the config field."""
+                "designer_sampling": "sampling.designer", "agent_sampling": "sampling.agent"}
 
 
 def field_path(name: str) -> str:
   return _FIELD_PATHS.get(name, f"selfplay.{name}")
 
 
-def _require(ok: bool, field: str, value: Any, expected: str) -> None:
-  if not ok:
-    raise SettingsError(f"config.{field}={value!r}: expected {expected}")
-
-
 @dataclasses.dataclass(frozen=True)
-class SelfPlaySettings:
+class SelfPlayConfig:
   """What one self-play step does; docs/selfplay.md says why each default is what it is."""
 
   skills: tuple[str, ...] = GAME_CATEGORIES  # skill categories the designer is asked for
@@ -80,51 +71,52 @@ class SelfPlaySettings:
   memory_sample_size: int = 4  # memory entries shown in each designer prompt
   designer_sampling: SamplingParams = SamplingParams(max_new_tokens=2048)
   agent_sampling: SamplingParams = SamplingParams(max_new_tokens=512)
-  max_cache_len: int | None = None  # the engine's tokens per conversation (None: unbounded)
+  # The engine's tokens per conversation (None: unbounded), derived from config.engine.
+  max_cache_len: int | None = derived(None, "engine.max_cache_len")
 
   def __post_init__(self):
-    _require(self.setting in SETTINGS, "setting", self.setting, f"one of {SETTINGS}")
-    _require(isinstance(self.seed, int), "seed", self.seed, "an int")
+    require(self.setting in SETTINGS, "setting", self.setting, f"one of {SETTINGS}")
+    require(isinstance(self.seed, int), "seed", self.seed, "an int")
     for name in ("num_envs", "k", "max_turns", "categories_per_step", "memory_capacity"):
       value = getattr(self, name)
-      _require(_is_int(value) and value >= 1, field_path(name), value, "an int >= 1")
-    _require(_is_int(self.group_size) and self.group_size >= 2, field_path("group_size"),
-             self.group_size, "an int >= 2 (group-relative advantages need two episodes per arm)")
-    _require(_is_int(self.memory_sample_size) and self.memory_sample_size >= 0,
-             field_path("memory_sample_size"), self.memory_sample_size, "an int >= 0")
-    _require(len(self.skills) >= 1 and len(set(self.skills)) == len(self.skills)
-             and all(isinstance(s, str) and s for s in self.skills), field_path("skills"),
-             self.skills, "a non-empty tuple of distinct category names")
-    _require(self.categories_per_step <= len(self.skills), field_path("categories_per_step"),
-             self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
+      require(is_int(value) and value >= 1, field_path(name), value, "an int >= 1")
+    require(is_int(self.group_size) and self.group_size >= 2, field_path("group_size"),
+            self.group_size, "an int >= 2 (group-relative advantages need two episodes per arm)")
+    require(is_int(self.memory_sample_size) and self.memory_sample_size >= 0,
+            field_path("memory_sample_size"), self.memory_sample_size, "an int >= 0")
+    require(len(self.skills) >= 1 and len(set(self.skills)) == len(self.skills)
+            and all(isinstance(s, str) and s for s in self.skills), field_path("skills"),
+            self.skills, "a non-empty tuple of distinct category names")
+    require(self.categories_per_step <= len(self.skills), field_path("categories_per_step"),
+            self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
     renamed = RENAMED_LIBRARIES.get(self.library)
-    _require(self.library in LIBRARIES, field_path("library"), self.library,
-             f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
-    _require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
-             f"one of {FIXED_ENVS}")
-    _require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),
-             self.designer_advantage, f"one of {tuple(DESIGNER_ADVANTAGES)}")
+    require(self.library in LIBRARIES, field_path("library"), self.library,
+            f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
+    require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
+            f"one of {FIXED_ENVS}")
+    require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),
+            self.designer_advantage, f"one of {tuple(DESIGNER_ADVANTAGES)}")
     for name in ("invalid_designer_reward", "validity_weight"):
-      _require(_is_number(getattr(self, name)), field_path(name), getattr(self, name),
-               "a finite number")
-    _require(self.validity_weight >= 0, field_path("validity_weight"), self.validity_weight,
-             ">= 0")
+      require(is_number(getattr(self, name)), field_path(name), getattr(self, name),
+              "a finite number")
+    require(self.validity_weight >= 0, field_path("validity_weight"), self.validity_weight,
+            ">= 0")
     for name in ("action_format", "designer_reward"):
-      _require(isinstance(getattr(self, name), str), field_path(name), getattr(self, name),
-               "a string")
+      require(isinstance(getattr(self, name), str), field_path(name), getattr(self, name),
+              "a string")
     try:
       check_action_format(self.action_format)
       get_designer_reward(self.designer_reward)
     except ValueError as err:
-      raise SettingsError(str(err)) from None
+      raise ConfigError(str(err)) from None
     designer_system_prompt(self.setting, self.designer_reward)  # the reward has prompt text
     for name in ("designer_sampling", "agent_sampling"):
       _check_sampling(field_path(name), getattr(self, name))
-    _require(self.designer_sampling.temperature == self.agent_sampling.temperature,
-             "sampling.agent.temperature", self.agent_sampling.temperature,
-             f"equal to config.sampling.designer.temperature="
-             f"{self.designer_sampling.temperature} (one policy: the trainer divides every "
-             "row's logits by the same temperature)")
+    require(self.designer_sampling.temperature == self.agent_sampling.temperature,
+            "sampling.agent.temperature", self.agent_sampling.temperature,
+            f"equal to config.sampling.designer.temperature="
+            f"{self.designer_sampling.temperature} (one policy: the trainer divides every "
+            "row's logits by the same temperature)")
 
   @property
   def temperature(self) -> float:
@@ -136,8 +128,10 @@ class SelfPlaySettings:
     return None if self.max_cache_len is None else self.max_cache_len - params.max_new_tokens
 
   @classmethod
-  def from_config(cls, config: Any) -> SelfPlaySettings:
-    """Builds and checks the settings; the skills must be the setting's categories."""
+  def from_config(cls, config: Any, *, max_cache_len: int | None = None) -> SelfPlayConfig:
+    """Builds and checks the settings; the skills must be the setting's categories.
+
+    `max_cache_len` is the engine's (derived: `Experiment` passes config.engine's)."""
     sp = config.selfplay
     settings = cls(
         skills=tuple(sp.skills), seed=config.seed, setting=config.setting,
@@ -154,10 +148,10 @@ class SelfPlaySettings:
         memory_capacity=sp.memory.capacity, memory_sample_size=sp.memory.sample_size,
         designer_sampling=sampling_params(config.sampling.designer, "designer"),
         agent_sampling=sampling_params(config.sampling.agent, "agent"),
-        max_cache_len=int(config.engine.max_cache_len))
+        max_cache_len=max_cache_len)
     known = SETTING_CATEGORIES[settings.setting]
-    _require(set(settings.skills) <= set(known), "selfplay.skills", sp.skills,
-             f"categories of the {settings.setting} setting, among {known}")
+    require(set(settings.skills) <= set(known), "selfplay.skills", sp.skills,
+            f"categories of the {settings.setting} setting, among {known}")
     return settings
 
 
@@ -171,10 +165,10 @@ def sampling_params(values: Mapping[str, Any] | Any, role: str) -> SamplingParam
   """SamplingParams from config.sampling.<role> (max_new_tokens, temperature, top_p, top_k)."""
   get = values.get  # dict or ConfigDict
   unknown = sorted(set(values.keys()) - {"max_new_tokens", "temperature", "top_p", "top_k"})
-  _require(not unknown, f"sampling.{role}", dict(values), "only the keys max_new_tokens, "
-           f"temperature, top_p and top_k (unknown: {unknown})")
-  _require(get("max_new_tokens") is not None, f"sampling.{role}.max_new_tokens", None,
-           "an int > 0 (required)")
+  require(not unknown, f"sampling.{role}", dict(values), "only the keys max_new_tokens, "
+          f"temperature, top_p and top_k (unknown: {unknown})")
+  require(get("max_new_tokens") is not None, f"sampling.{role}.max_new_tokens", None,
+          "an int > 0 (required)")
   defaults = SamplingParams(max_new_tokens=1)
   params = SamplingParams(max_new_tokens=get("max_new_tokens"),
                           temperature=get("temperature", defaults.temperature),
@@ -184,17 +178,10 @@ def sampling_params(values: Mapping[str, Any] | Any, role: str) -> SamplingParam
 
 
 def _check_sampling(field: str, s: SamplingParams) -> None:
-  _require(_is_int(s.max_new_tokens) and s.max_new_tokens > 0, f"{field}.max_new_tokens",
-           s.max_new_tokens, "an int > 0")
-  _require(_is_number(s.temperature) and s.temperature > 0, f"{field}.temperature",
-           s.temperature, "> 0 (GRPO needs sampled log-probs, so no greedy rollouts)")
-  _require(_is_number(s.top_p) and 0 < s.top_p <= 1, f"{field}.top_p", s.top_p, "in (0, 1]")
-  _require(_is_int(s.top_k) and s.top_k >= 0, f"{field}.top_k", s.top_k, "an int >= 0")
+  require(is_int(s.max_new_tokens) and s.max_new_tokens > 0, f"{field}.max_new_tokens",
+          s.max_new_tokens, "an int > 0")
+  require(is_number(s.temperature) and s.temperature > 0, f"{field}.temperature",
+          s.temperature, "> 0 (GRPO needs sampled log-probs, so no greedy rollouts)")
+  require(is_number(s.top_p) and 0 < s.top_p <= 1, f"{field}.top_p", s.top_p, "in (0, 1]")
+  require(is_int(s.top_k) and s.top_k >= 0, f"{field}.top_k", s.top_k, "an int >= 0")
 
-
-def _is_int(x: Any) -> bool:
-  return isinstance(x, int) and not isinstance(x, bool)
-
-
-def _is_number(x: Any) -> bool:
-  return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
