@@ -27,7 +27,8 @@ from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
 # Every module a workdir (or a path in it) travels through, relative to the repository.
 WORKDIR_MODULES = (
     "spade_jax/run.py", "spade_jax/rl/trainer.py", "spade_jax/rl/checkpoint.py",
-    "spade_jax/model/load.py", "spade_jax/model/integrity.py", "spade_jax/model/lora_export.py",
+    "spade_jax/model/load.py", "spade_jax/model/checkpoint_format.py",
+    "spade_jax/model/integrity.py", "spade_jax/model/lora_export.py",
     "spade_jax/metrics/logger.py",
     "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/env_log.py",
     "spade_jax/export.py", "spade_jax/eval/__main__.py", "spade_jax/eval/evaluate.py",

@@ -32,7 +32,6 @@ from jax.sharding import Mesh
 
 from spade_jax import storage
 from spade_jax.model import lora, lora_io
-from spade_jax.model.load import write_model_config
 from spade_jax.model.sharding import state_shardings
 from spade_jax.rl.advantages import ROLE_NAMES, compute_advantages
 from spade_jax.rl.aggregation import token_weights
@@ -53,8 +52,8 @@ class Trainer:
     self.policy = model
     self.mesh = mesh
     self.checkpoints = checkpoints
-    if checkpoints is not None:  # makes every checkpoint loadable by model.load.load_model
-      write_model_config(checkpoints.directory, model.cfg)
+    if checkpoints is not None:  # makes every checkpoint loadable by model.load_model
+      checkpoints.write_model_config(model.cfg)
     self.step = 0
     self._rng = jax.random.key_data(jax.random.key(seed))
     self._schedule = learning_rate_schedule(self.cfg)
