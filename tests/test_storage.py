@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 import tensorstore as ts
 from flax import nnx
-from layering import PACKAGE_ROOT, imports_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from spade_jax import config_schema, storage
 from spade_jax.metrics.tensorboard import SummaryWriter
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
+from tests.layering import PACKAGE_ROOT, imports_of
 
 # Every module a workdir (or a path in it) travels through, relative to the repository.
 WORKDIR_MODULES = (

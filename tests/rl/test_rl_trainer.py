@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spade_jax.model import LOGICAL_RULES, Qwen3, get_preset, make_mesh
+from spade_jax.model import LOGICAL_RULES, Qwen3, get_preset, load_model, make_mesh
 from spade_jax.model.attention_impl import emulated_kernels
 from spade_jax.model.integrity import CheckpointIntegrityError
-from spade_jax.model.load import load_model
 from spade_jax.rl import trainer as trainer_module
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager
