@@ -209,8 +209,7 @@ def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
 
 def test_gs_hf_checkpoint_and_tokenizer_load_through_a_local_copy(gcs, tmp_path, monkeypatch):
   """config_schema accepts gs:// for model.checkpoint and tokenizer: the loaders read it."""
-  from spade_jax.model import get_preset, hf_io
-  from spade_jax.model.load import load_model
+  from spade_jax.model import get_preset, hf_io, load_model
   from spade_jax.model.testing import random_model
   from spade_jax.tokenizer import load_tiny, load_tokenizer, tiny_model_path
 
