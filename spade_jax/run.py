@@ -37,9 +37,9 @@ from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
 from spade_jax.experiment import Experiment
 from spade_jax.metrics.logger import StepLogger
-from spade_jax.model import Qwen3, create_sharded, make_mesh
+from spade_jax.model import Qwen3, create_sharded, load_model, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
-from spade_jax.model.load import RUN_CONFIG_FILE, load_model
+from spade_jax.model.load import RUN_CONFIG_FILE
 from spade_jax.model.lora_io import with_adapters
 from spade_jax.model.policy_config import PolicyConfig
 from spade_jax.multihost import JaxExchange, PeerLost, lost_peer

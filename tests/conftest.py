@@ -1,5 +1,6 @@
-"""Test-wide set-up: 8 fake CPU devices so sharding code is exercised on any machine, and a
-GCS emulator for the tests that write gs:// workdirs (the `gcs` fixture)."""
+"""Test-wide set-up: 8 fake CPU devices so sharding code is exercised on any machine, implicit
+rank promotion as an error (a silent broadcast is a bug; subprocesses inherit the variable),
+and a GCS emulator for the tests that write gs:// workdirs (the `gcs` fixture)."""
 
 import os
 import socket
@@ -11,8 +12,13 @@ import pytest
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
 
-from spade_jax import storage  # noqa: E402 - after the device flags
+import jax  # noqa: E402 - after the device flags
+
+jax.config.update("jax_numpy_rank_promotion", "raise")  # should jax have been imported before
+
+from spade_jax import storage  # noqa: E402
 
 BUCKET = "spade-test"  # GCS bucket names have at least 3 characters
 

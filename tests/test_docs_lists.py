@@ -11,12 +11,13 @@ import dataclasses
 import re
 
 import pytest
-from layering import PACKAGE_ROOT, imports_of, under
 
 from spade_jax import config_schema
 from spade_jax.metrics.env_log import LOG_NAME
-from spade_jax.model.load import MODEL_CONFIG_FILE, RUN_CONFIG_FILE
+from spade_jax.model.checkpoint_format import MODEL_CONFIG_FILE
+from spade_jax.model.load import RUN_CONFIG_FILE
 from spade_jax.selfplay.record import EnvReport, StepRecord
+from tests.layering import PACKAGE_ROOT, imports_of, under
 
 DOCS = config_schema.REPO_ROOT / "docs"
 PACKAGES_WITH_FILE_TABLES = ("engine", "model", "rl", "sandbox", "selfplay")

@@ -17,17 +17,18 @@ import numpy as np
 import pytest
 import tensorstore as ts
 from flax import nnx
-from layering import PACKAGE_ROOT, imports_of
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from spade_jax import config_schema, storage
 from spade_jax.metrics.tensorboard import SummaryWriter
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
+from tests.layering import PACKAGE_ROOT, imports_of
 
 # Every module a workdir (or a path in it) travels through, relative to the repository.
 WORKDIR_MODULES = (
     "spade_jax/run.py", "spade_jax/rl/trainer.py", "spade_jax/rl/checkpoint.py",
-    "spade_jax/model/load.py", "spade_jax/model/integrity.py", "spade_jax/model/lora_export.py",
+    "spade_jax/model/load.py", "spade_jax/model/checkpoint_format.py",
+    "spade_jax/model/integrity.py", "spade_jax/model/lora_export.py",
     "spade_jax/metrics/logger.py",
     "spade_jax/metrics/tensorboard.py", "spade_jax/metrics/env_log.py",
     "spade_jax/export.py", "spade_jax/eval/__main__.py", "spade_jax/eval/evaluate.py",
@@ -208,8 +209,7 @@ def test_an_unreachable_workdir_stops_the_launcher_in_one_line(tmp_path):
 
 def test_gs_hf_checkpoint_and_tokenizer_load_through_a_local_copy(gcs, tmp_path, monkeypatch):
   """config_schema accepts gs:// for model.checkpoint and tokenizer: the loaders read it."""
-  from spade_jax.model import get_preset, hf_io
-  from spade_jax.model.load import load_model
+  from spade_jax.model import get_preset, hf_io, load_model
   from spade_jax.model.testing import random_model
   from spade_jax.tokenizer import load_tiny, load_tokenizer, tiny_model_path
 

@@ -22,7 +22,7 @@ from flax import nnx
 from spade_jax.engine import stopping
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.model.load import load_model
+from spade_jax.model import load_model
 from spade_jax.tokenizer import load_tokenizer
 
 _BUCKETS = (16, 32, 64, 128, 256, 512)

@@ -13,7 +13,8 @@ import json
 
 from spade_jax import storage
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.model.load import RUN_CONFIG_FILE, load_model, trainer_workdir
+from spade_jax.model import load_model
+from spade_jax.model.load import RUN_CONFIG_FILE, trainer_workdir
 from spade_jax.tokenizer import load_tokenizer
 
 

@@ -203,7 +203,7 @@ def _tpu_decode(q, k, v, start, end, *, scale):
   seqs = b * kv_heads
   paged = lambda x: x.reshape(1, seqs * pages, page, hd)  # [1, B*K*S/page, page, Hd]
   table = (jnp.arange(seqs, dtype=jnp.int32)[:, None] * pages
-           + jnp.arange(pages, dtype=jnp.int32))  # [B*K, S/page]
+           + jnp.arange(pages, dtype=jnp.int32)[None, :])  # [B*K, S/page]
   queries = (q[:, 0].astype(jnp.float32) * scale).reshape(seqs, n // kv_heads, hd)  # [B*K, G, Hd]
   interpret = pltpu.force_tpu_interpret_mode() if _EMULATE.get() else contextlib.nullcontext()
   with interpret:

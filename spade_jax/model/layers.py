@@ -93,7 +93,12 @@ def scale_multiply(scale: jax.Array, x: jax.Array) -> jax.Array:
   entries when the terms cancel (tests/model/test_layers.py keeps such a case). Here the
   products are summed in fp32 (also faster on CPU).
   """
-  return scale.astype(x.dtype) * x
+  return _lead(scale.astype(x.dtype), x.ndim) * x
+
+
+def _lead(scale: jax.Array, ndim: int) -> jax.Array:
+  """scale [D] as [1, ..., 1, D] of rank `ndim`: an explicit broadcast against [..., D]."""
+  return scale.reshape((1,) * (ndim - 1) + scale.shape)
 
 
 def _scale_multiply_fwd(scale, x):
@@ -105,7 +110,7 @@ def _scale_multiply_bwd(residuals, g):
   products = g.astype(jnp.float32) * x.astype(jnp.float32)  # [..., D]
   # Summed over the leading axes in place (no reshape), so sharded axes reduce locally first.
   d_scale = jnp.sum(products, axis=tuple(range(x.ndim - 1)))
-  return d_scale.astype(scale.dtype), g * scale.astype(g.dtype)
+  return d_scale.astype(scale.dtype), g * _lead(scale.astype(g.dtype), g.ndim)
 
 
 scale_multiply.defvjp(_scale_multiply_fwd, _scale_multiply_bwd)
@@ -133,7 +138,7 @@ def rope_cos_sin(positions: jax.Array, head_dim: int,
                  theta: float) -> tuple[jax.Array, jax.Array]:
   """cos/sin tables [B, T, Hd] in fp32, laid out like Hugging Face (frequencies repeated twice)."""
   inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
-  freqs = positions.astype(jnp.float32)[..., None] * inv_freq  # [B, T, Hd/2]
+  freqs = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]  # [B, T, Hd/2]
   emb = jnp.concatenate([freqs, freqs], axis=-1)  # [B, T, Hd]
   return jnp.cos(emb), jnp.sin(emb)
 

@@ -85,6 +85,23 @@ def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int],
   return PartitionSpec(*spec)
 
 
+def batch_shards(mesh: Mesh | AbstractMesh | None) -> int:
+  """How many ways batch rows are split on `mesh` (the sizes of LOGICAL_RULES["batch"]'s
+  axes multiplied); a micro-batch's rows must be a multiple of it."""
+  if mesh is None:
+    return 1
+  return math.prod(mesh.shape.get(axis, 1) for axis in LOGICAL_RULES["batch"] or ())
+
+
+def batch_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
+  """Rows split as the "batch" rule says, after `leading` unsplit dimensions (1 for
+  [M, mb, ...] micro-batches), for any number of rows that is a multiple of `batch_shards`;
+  later dimensions are replicated."""
+  axes = (None,) * leading + ("batch",)
+  return NamedSharding(mesh, logical_to_spec(axes, (1,) * leading + (batch_shards(mesh),),
+                                             mesh))
+
+
 def _is_variable(x: Any) -> bool:
   return isinstance(x, nnx.Variable)
 

@@ -11,8 +11,8 @@ import jax
 import optax
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from spade_jax.model.sharding import batch_sharding
 from spade_jax.rl.config import RLConfig
-from spade_jax.rl.step_inputs import BATCH_AXES
 
 
 def learning_rate_schedule(cfg: RLConfig) -> optax.Schedule:
@@ -41,7 +41,7 @@ def make_optimizer(cfg: RLConfig) -> optax.GradientTransformation:
 class StepShardings(NamedTuple):
   """Where a jitted update's arguments live on a mesh."""
   replicated: NamedSharding
-  batch: NamedSharding  # [M, mb, ...] arrays: micro-batch rows over the data and fsdp axes
+  batch: NamedSharding  # [M, mb, ...] arrays: micro-batch rows as LOGICAL_RULES["batch"] says
   params: Any  # each parameter's own sharding
   opt_state: Any  # each moment like its parameter; counters replicated
 
@@ -49,9 +49,7 @@ class StepShardings(NamedTuple):
 def step_shardings(tx: optax.GradientTransformation, mesh: Mesh, params) -> StepShardings:
   """The shardings of a train step's parameters, optimiser state and batch on `mesh`."""
   replicated = NamedSharding(mesh, PartitionSpec())
-  batch_axes = tuple(a for a in BATCH_AXES if mesh.shape.get(a, 1) > 1)
   param_sh = jax.tree.map(lambda x: x.sharding, params)
   opt_sh = optax.tree_map_params(tx, lambda _, sh: sh, jax.eval_shape(tx.init, params), param_sh,
                                  transform_non_params=lambda _: replicated)
-  return StepShardings(replicated, NamedSharding(mesh, PartitionSpec(None, batch_axes or None)),
-                       param_sh, opt_sh)
+  return StepShardings(replicated, batch_sharding(mesh, leading=1), param_sh, opt_sh)

@@ -2,8 +2,9 @@
 
 The step sees fixed shapes so it compiles rarely: the sequence length is padded up to a
 power of two (at least MIN_LENGTH) and the rows up to a whole number of micro-batches,
-each a multiple of the mesh's data x fsdp size. Padding rows have zero loss weight and
-an all-ones attention mask (so no attention row is empty and nothing can become NaN).
+each a multiple of the mesh's batch shards (`model.sharding.batch_shards`). Padding rows
+have zero loss weight and an all-ones attention mask (so no attention row is empty and
+nothing can become NaN).
 
 With `chunk` set, the batch also carries each row's loss positions ("positions" [M, mb, L],
 `loss_positions`), so the step computes logits only there. L is the largest row's count
@@ -17,7 +18,6 @@ import numpy as np
 
 from spade_jax.rl.batch import TrainBatch
 
-BATCH_AXES = ("data", "fsdp")  # mesh axes the batch rows are split over
 MIN_LENGTH = 16
 
 

@@ -32,15 +32,14 @@ from jax.sharding import Mesh
 
 from spade_jax import storage
 from spade_jax.model import lora, lora_io
-from spade_jax.model.load import write_model_config
-from spade_jax.model.sharding import state_shardings
+from spade_jax.model.sharding import batch_shards, state_shardings
 from spade_jax.rl.advantages import ROLE_NAMES, compute_advantages
 from spade_jax.rl.aggregation import token_weights
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.optim import learning_rate_schedule, make_optimizer, step_shardings
-from spade_jax.rl.step_inputs import BATCH_AXES, prepare_batch
+from spade_jax.rl.step_inputs import prepare_batch
 from spade_jax.rl.train_step import train_step
 
 
@@ -53,8 +52,8 @@ class Trainer:
     self.policy = model
     self.mesh = mesh
     self.checkpoints = checkpoints
-    if checkpoints is not None:  # makes every checkpoint loadable by model.load.load_model
-      write_model_config(checkpoints.directory, model.cfg)
+    if checkpoints is not None:  # makes every checkpoint loadable by model.load_model
+      checkpoints.write_model_config(model.cfg)
     self.step = 0
     self._rng = jax.random.key_data(jax.random.key(seed))
     self._schedule = learning_rate_schedule(self.cfg)
@@ -62,18 +61,17 @@ class Trainer:
     self._trainable = lora.trainable(model.cfg)
     self._base = lora.base_fingerprint(model) if model.cfg.lora_rank else None
     graphdef, params, self._rest = nnx.split(model, self._trainable, ...)
-    self._dp = 1
+    self._dp = batch_shards(mesh)
     if mesh is not None:
       params = jax.device_put(params, state_shardings(params, mesh))
       self._rest = jax.device_put(self._rest, state_shardings(self._rest, mesh))
-      self._dp = int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
     else:
       self._device = _first_device(params)
       params, self._rest = self._placed(params), self._placed(self._rest)
     nnx.update(model, params)
     if self.cfg.micro_batch_size % self._dp:
       raise ValueError(f"config.rl.micro_batch_size={self.cfg.micro_batch_size} must be a "
-                       f"multiple of the mesh's data x fsdp size {self._dp}")
+                       f"multiple of the mesh's batch shards {self._dp}")
     # The KL reference: a frozen copy of the weights, or (LoRA) the base with adapters off.
     separate_ref = self.cfg.beta > 0 and not model.cfg.lora_rank
     key = (graphdef, self.cfg, mesh)

@@ -22,14 +22,13 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import Mesh
 
+from spade_jax.model.sharding import batch_shards
 from spade_jax.rl.losses import token_logprobs
 from spade_jax.rl.optim import step_shardings
-from spade_jax.rl.step_inputs import BATCH_AXES
 
 
 def _micro_loss(params, rest, mb: dict[str, jax.Array], *, graphdef, chunk: int) -> jax.Array:
@@ -58,10 +57,8 @@ def lm_step(params, opt_state, rest, batch: dict[str, jax.Array], *, graphdef,
 
 
 def batch_multiple(mesh: Mesh | None) -> int:
-  """Rows of a micro-batch must be a multiple of this (the mesh's data x fsdp size)."""
-  if mesh is None:
-    return 1
-  return int(np.prod([mesh.shape[a] for a in BATCH_AXES if a in mesh.shape]))
+  """Rows of a micro-batch must be a multiple of this (`sharding.batch_shards`)."""
+  return batch_shards(mesh)
 
 
 def compile_lm_step(graphdef, tx: optax.GradientTransformation, mesh: Mesh | None, params, rest,

@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 import transformers
-from hf_random import randomize
 
 from spade_jax.model import hf_io
+from tests.hf_random import randomize
 
 VOCAB = 128
 DENSE = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

@@ -1,6 +1,5 @@
 """Continuous batching, multi-turn continuation, stops and logprobs of the slot engine."""
 
-import engine_testlib as lib
 import jax
 import numpy as np
 import pytest
@@ -9,6 +8,7 @@ from flax import nnx
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.engine.slot_engine import SlotEngine
+from tests.engine import engine_testlib as lib
 
 TOL = 1e-4  # fp32: cached decode vs one uncached forward
 CONFIG = dict(num_slots=4, max_cache_len=64, prefill_buckets=(16,), decode_steps_per_poll=4,

@@ -2,13 +2,13 @@
 
 import json
 
-import engine_testlib as lib
 import numpy as np
 import pytest
 
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.engine.generate import generate, main
+from tests.engine import engine_testlib as lib
 
 PROMPTS = [[3, 17, 99, 5, 6, 7, 8], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15]]
 NEW = 12

@@ -10,7 +10,8 @@ import math
 import re
 
 import pytest
-from seedlib_play import Episode
+
+from tests.envs.seedlib_play import Episode
 
 
 def coins(ep):

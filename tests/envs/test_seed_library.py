@@ -8,12 +8,12 @@ import subprocess
 import sys
 
 import pytest
-from seedlib_play import env_class, seeds_by_name
 
 from spade_jax.envs import difficulty, library
 from spade_jax.sandbox import validate
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.sandbox.pool import SandboxPool
+from tests.envs.seedlib_play import env_class, seeds_by_name
 
 NAMES = sorted(seeds_by_name())
 GARBAGE = ["", " ", "?", "help", "42", "-7", "yes", "north", "A1", "1 2 3 4 5 6 7 8 9",

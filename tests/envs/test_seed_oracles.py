@@ -1,9 +1,9 @@
 """Every seed environment's oracle_actions() solves its instance: full return, in order."""
 
 import pytest
-from seedlib_play import GAME_SEEDS, Episode, seeds_by_name
 
 from spade_jax.sandbox import contract, guards
+from tests.envs.seedlib_play import GAME_SEEDS, Episode, seeds_by_name
 
 NAMES = sorted(seeds_by_name())
 

@@ -3,10 +3,10 @@ hint solver) climbs to the top level, one that always fails stays at level 0."""
 
 import numpy as np
 import pytest
-from seedlib_play import Episode, env_class
-from test_seed_solvers_games_b import SOLVERS
 
 from spade_jax.selfplay import rlve
+from tests.envs.seedlib_play import Episode, env_class
+from tests.envs.test_seed_solvers_games_b import SOLVERS
 
 GROUP = 4  # episodes per prompt (G); a check needs MIN_PROMPTS x G episodes at the top
 

@@ -9,7 +9,8 @@ import itertools
 import re
 
 import pytest
-from seedlib_play import check_solver_wins, levels
+
+from tests.envs.seedlib_play import check_solver_wins, levels
 
 
 def mastermind(ep):

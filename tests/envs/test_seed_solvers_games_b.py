@@ -10,7 +10,8 @@ import math
 import re
 
 import pytest
-from seedlib_play import check_solver_wins, levels
+
+from tests.envs.seedlib_play import check_solver_wins, levels
 
 
 def _ints(text):

@@ -10,7 +10,8 @@ import json
 import re
 
 import pytest
-from seedlib_play import Episode, seeds_by_name
+
+from tests.envs.seedlib_play import Episode, seeds_by_name
 
 SEEDS = (0, 1, 2, 5, 9, 42)
 TOOL_SEEDS = sorted(n for n, s in seeds_by_name().items() if s.kind == "tool_use")

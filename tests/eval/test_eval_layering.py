@@ -1,7 +1,7 @@
 """eval/ sits above self-play: it never imports the composition root, the launcher, the
 config schema, the metrics or the trainer, and nothing below it imports eval/."""
 
-from layering import imports_of, under, violations
+from tests.layering import imports_of, under, violations
 
 FORBIDDEN = ("spade_jax.run", "spade_jax.config_schema", "spade_jax.metrics", "spade_jax.rl",
              "launch")

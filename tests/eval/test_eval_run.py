@@ -13,7 +13,7 @@ from tokenizers import models, pre_tokenizers, trainers
 from spade_jax.eval import __main__ as cli
 from spade_jax.eval.load import tokenizer_for
 from spade_jax.model import get_preset, save_pretrained
-from spade_jax.model.load import write_model_config
+from spade_jax.model.checkpoint_format import write_model_config
 from spade_jax.model.testing import random_model
 from spade_jax.tokenizer import CHAT_SPECIAL_TOKENS, default_chat_template, load_tokenizer
 

@@ -1,19 +1,15 @@
 """Held-out seed games: the split is disjoint from training's, and replayed solver actions
 score a full return (corrupted episodes the exact expected share)."""
 
-import pathlib
-import sys
 
 import pytest
 
 from spade_jax.envs import library
 from spade_jax.eval.suites import get_suite
 from spade_jax.sandbox.pool import SandboxPool
-
-sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "envs"))
-import seedlib_play  # noqa: E402
-from test_seed_solvers_games_a import SOLVERS as SOLVERS_A  # noqa: E402
-from test_seed_solvers_games_b import SOLVERS as SOLVERS_B  # noqa: E402
+from tests.envs import seedlib_play
+from tests.envs.test_seed_solvers_games_a import SOLVERS as SOLVERS_A
+from tests.envs.test_seed_solvers_games_b import SOLVERS as SOLVERS_B
 
 SOLVERS = {**SOLVERS_A, **SOLVERS_B}
 

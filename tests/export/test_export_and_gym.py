@@ -4,15 +4,21 @@ gymnasium adapter in the real sandbox pool: env_checker, a scripted policy, dete
 import io
 import json
 import re
-import sys
 import warnings
 
 import gymnasium
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "selfplay"))
-from selfplay_fakes import (  # noqa: E402
+from spade_jax import export
+from spade_jax.envs import gym as spade_gym
+from spade_jax.envs.difficulty import at_level
+from spade_jax.envs.library import load_seed_library
+from spade_jax.metrics.logger import StepLogger
+from spade_jax.sandbox.fake import FakePool
+from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.selfplay.loop import SelfPlayLoop
+from tests.selfplay.selfplay_fakes import (
   ByteTokenizer,
   FakeTrainer,
   ListCorpus,
@@ -22,15 +28,6 @@ from selfplay_fakes import (  # noqa: E402
   make_settings,
   seed_library,
 )
-
-from spade_jax import export  # noqa: E402
-from spade_jax.envs import gym as spade_gym  # noqa: E402
-from spade_jax.envs.difficulty import at_level  # noqa: E402
-from spade_jax.envs.library import load_seed_library  # noqa: E402
-from spade_jax.metrics.logger import StepLogger  # noqa: E402
-from spade_jax.sandbox.fake import FakePool  # noqa: E402
-from spade_jax.sandbox.pool import SandboxPool  # noqa: E402
-from spade_jax.selfplay.loop import SelfPlayLoop  # noqa: E402
 
 TOK = ByteTokenizer()
 DESIGNS = {0: designer_reply("A", "say win"), 1: designer_reply("B", "say win")}

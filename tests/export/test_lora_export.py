@@ -1,8 +1,6 @@
 """A LoRA run's adapters through `python -m spade_jax.export --adapter / --merged`: peft and
 transformers load them onto the Hugging Face base and give our logits (fp32)."""
 
-import sys
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -12,15 +10,13 @@ import torch
 import transformers
 from flax import nnx
 
-sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1]))
-from hf_random import randomize  # noqa: E402
-
-from spade_jax import export  # noqa: E402
-from spade_jax.config_schema import base_config, validate  # noqa: E402
-from spade_jax.model.hf_config import CheckpointError  # noqa: E402
-from spade_jax.model.load import load_model  # noqa: E402
-from spade_jax.model.lora import LoRAParam  # noqa: E402
-from spade_jax.run import build_model, build_trainer  # noqa: E402
+from spade_jax import export
+from spade_jax.config_schema import base_config, validate
+from spade_jax.model import load_model
+from spade_jax.model.hf_config import CheckpointError
+from spade_jax.model.lora import LoRAParam
+from spade_jax.run import build_model, build_trainer
+from tests.hf_random import randomize
 
 TOL = 1e-4
 IDS = np.random.RandomState(0).randint(0, 96, size=(2, 11))

@@ -7,12 +7,10 @@ import sys
 
 import pytest
 
+from launch import tpu_run
 from spade_jax import config_schema
 from spade_jax.rl.config import RLConfig
 from spade_jax.selfplay.config import SelfPlayConfig
-
-sys.path.insert(0, os.fspath(config_schema.REPO_ROOT / "launch"))
-import tpu_run  # noqa: E402  pylint: disable=wrong-import-position
 
 
 def _parse(*args):

@@ -28,12 +28,12 @@ import threading
 import time
 
 import pytest
-from launch_procs import running, tree_below
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from spade_jax import config_schema, storage
 from spade_jax.multihost import EXIT_PEER_LOST
 from spade_jax.preemption import EXIT_PREEMPTED
+from tests.launch.launch_procs import running, tree_below
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 NUM_PROCESSES = 2

@@ -22,7 +22,6 @@ import threading
 
 import pytest
 from gymnasium.utils.env_checker import check_env
-from launch_procs import running, tree_below
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
@@ -33,6 +32,7 @@ from spade_jax.eval.load import tokenizer_for
 from spade_jax.preemption import EXIT_PREEMPTED
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.tokenizer import load_tokenizer
+from tests.launch.launch_procs import running, tree_below
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (

@@ -8,9 +8,9 @@ import pytest
 import torch
 import transformers
 from flax import nnx
-from hf_random import randomize
 
 from spade_jax.model import hf_io, make_mesh
+from tests.hf_random import randomize
 
 TOL = 1e-4
 VOCAB = 96

@@ -27,7 +27,8 @@ def test_scale_multiply_gradients_match_float64(dtype):
   expected = (_as64(g) * _as64(x)).reshape(-1, 16).sum(0)
   # fp32 accumulation of exact products: only rounding of the fp32 running sum remains.
   np.testing.assert_allclose(d_scale, expected, rtol=1e-4, atol=1e-3)
-  np.testing.assert_array_equal(np.asarray(dx), np.asarray(g * scale.astype(dtype)))
+  np.testing.assert_array_equal(np.asarray(dx),
+                                np.asarray(g * scale.astype(dtype).reshape(1, 1, 1, 16)))
 
 
 def test_bf16_rmsnorm_scale_gradient_is_accurate():

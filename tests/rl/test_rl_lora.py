@@ -4,12 +4,12 @@ import jax
 import numpy as np
 import pytest
 from flax import nnx
-from test_rl_trainer import RL, _batch, _leaves, _train_alike
 
 from spade_jax.model import Qwen3, get_preset, make_mesh
 from spade_jax.model.lora import BASE, LoRAParam
 from spade_jax.rl.checkpoint import CheckpointManager
 from spade_jax.rl.trainer import Trainer
+from tests.rl.test_rl_trainer import RL, _batch, _leaves, _train_alike
 
 CFG = get_preset("tiny", lora_rank=4, lora_alpha=8.0)
 

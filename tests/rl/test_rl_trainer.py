@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spade_jax.model import Qwen3, get_preset, make_mesh
+from spade_jax.model import LOGICAL_RULES, Qwen3, get_preset, load_model, make_mesh
 from spade_jax.model.attention_impl import emulated_kernels
 from spade_jax.model.integrity import CheckpointIntegrityError
-from spade_jax.model.load import load_model
+from spade_jax.rl import trainer as trainer_module
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager
 from spade_jax.rl.trainer import Trainer
@@ -73,6 +73,18 @@ def test_sharded_step_equals_unsharded(initial):
   m_plain = _train_alike(plain, sharded, ("loss", "kl", "entropy", "clip_fraction",
                                           "grad_norm", "logprob_gap_mean"), metric_atol=1e-6)
   assert m_plain["kl"] > 0 and m_plain["designer/num_rows"] == 4
+
+
+def test_the_trainer_batch_follows_the_logical_batch_rule(initial, monkeypatch):
+  """Rows split as LOGICAL_RULES["batch"] says, as the activations are: change the rule
+  and the step's batch sharding and its row multiple follow."""
+  mesh = make_mesh({"data": 2, "fsdp": 4})
+  monkeypatch.setitem(LOGICAL_RULES, "batch", ("data",))
+  monkeypatch.setattr(trainer_module, "_COMPILED", {})  # nothing compiled under another rule
+  trainer = Trainer(dict(RL, micro_batch_size=2), _model(initial), mesh)  # 2: data, not fsdp
+  batch_shardings = trainer.compiled_step(_batch(0)).input_shardings[0][4]
+  specs = {name: tuple(sh.spec)[:2] for name, sh in batch_shardings.items()}
+  assert set(specs.values()) == {(None, "data")}, specs
 
 
 # tis_cap 1.0: the batch's fake behaviour log-probs put the ratios on both sides of the cap.

@@ -3,9 +3,9 @@
 import os
 
 import pytest
-from sandbox_procs import descendants, settled_descendants
 
 from spade_jax.sandbox.pool import SandboxPool
+from tests.sandbox.sandbox_procs import descendants, settled_descendants
 
 
 @pytest.fixture(scope="module")

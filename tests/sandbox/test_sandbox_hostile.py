@@ -4,9 +4,9 @@ import os
 import textwrap
 
 import pytest
-from sandbox_procs import SECRET
 
 from spade_jax.sandbox import contract
+from tests.sandbox.sandbox_procs import SECRET
 
 
 def env(reset: str = 'return "start", {}', step: str = 'return "ok", 0.0, False, False, {}',

@@ -4,7 +4,7 @@ import pathlib
 import subprocess
 import sys
 
-from layering import under, violations
+from tests.layering import under, violations
 
 FORBIDDEN = ("jax", "jaxlib", "flax", "optax", "orbax", "spade_jax.model", "spade_jax.engine",
              "spade_jax.rl", "spade_jax.selfplay", "spade_jax.metrics", "spade_jax.run",

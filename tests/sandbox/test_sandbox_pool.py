@@ -8,10 +8,10 @@ import sys
 import time
 
 import pytest
-from sandbox_procs import descendants, settled_descendants
 
 from spade_jax.sandbox import cgroups, contract, isolation
 from spade_jax.sandbox.pool import SandboxPool
+from tests.sandbox.sandbox_procs import descendants, settled_descendants
 
 COUNTER = """
 import random
@@ -131,9 +131,8 @@ def test_validation_results(clean_pool):
 
 
 TRAINER = """
-import os, sys, time
-sys.path.insert(0, {tests!r})
-from sandbox_procs import settled_descendants
+import os, time
+from tests.sandbox.sandbox_procs import settled_descendants
 from spade_jax.sandbox.pool import SandboxPool
 pool = SandboxPool(num_workers=2)
 pool.reset([(i, {env!r}, i) for i in range(4)])
@@ -159,7 +158,7 @@ def _wait_until_gone(pids, timeout_s: float = 5.0) -> None:
 
 
 def test_workers_die_with_a_killed_trainer():
-  script = TRAINER.format(tests=os.path.dirname(__file__), env=COUNTER)
+  script = TRAINER.format(env=COUNTER)
   trainer = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
                              cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
   pids = [int(p) for p in trainer.stdout.readline().split()]

@@ -1,9 +1,9 @@
 """Designer output parsing: one python block + one <hint>, every malformed case named."""
 
 import pytest
-from selfplay_fakes import designer_reply, env_source
 
 from spade_jax.selfplay.designer import parse_designer_output
+from tests.selfplay.selfplay_fakes import designer_reply, env_source
 
 GOOD = designer_reply("A", hint="probe first, then say win")
 
@@ -56,11 +56,10 @@ def test_malformed_outputs_are_named(text, finish, error):
 
 
 def test_long_prompts_drop_memory_then_halve_the_passage():
-  from selfplay_fakes import ByteTokenizer
-
   from spade_jax.selfplay.chat import ChatFormatter
   from spade_jax.selfplay.designer import DesignRequest, fitted_prompt
   from spade_jax.selfplay.prompts import MemoryView
+  from tests.selfplay.selfplay_fakes import ByteTokenizer
   fmt = ChatFormatter(ByteTokenizer())
   memory = tuple(MemoryView("c", env_source(t), "h", 0.5, 1.0, 0.5) for t in "ABC")
   req = DesignRequest(0, "c", "doc", "p" * 1000, memory)

@@ -1,7 +1,6 @@
 """Agent episodes through FakeEngine + FakePool: tokens, masks, actions, truncation, drops."""
 
 import numpy as np
-from selfplay_fakes import REPLY_LOGPROB, ByteTokenizer, ScriptedPolicy, env_source, make_engine
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
@@ -12,6 +11,13 @@ from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.replies import MISSING_ACTION
 from spade_jax.selfplay.timing import Timings
+from tests.selfplay.selfplay_fakes import (
+  REPLY_LOGPROB,
+  ByteTokenizer,
+  ScriptedPolicy,
+  env_source,
+  make_engine,
+)
 
 TOK = ByteTokenizer()
 

@@ -12,17 +12,6 @@ import importlib.util
 import json
 
 import pytest
-from selfplay_fakes import (
-  REPLY_LOGPROB,
-  ByteTokenizer,
-  FakeTrainer,
-  ListCorpus,
-  ScriptedPolicy,
-  designer_reply,
-  make_engine,
-  make_settings,
-  seed_library,
-)
 
 from spade_jax import config_schema
 from spade_jax.engine.api import SamplingParams
@@ -34,6 +23,17 @@ from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
+from tests.selfplay.selfplay_fakes import (
+  REPLY_LOGPROB,
+  ByteTokenizer,
+  FakeTrainer,
+  ListCorpus,
+  ScriptedPolicy,
+  designer_reply,
+  make_engine,
+  make_settings,
+  seed_library,
+)
 
 TOK = ByteTokenizer()
 DESIGNS = {0: designer_reply("A"), 1: "I would rather not write code."}

@@ -4,11 +4,11 @@ age, and unplayable hinted episodes left out of the regret. Same scripted polici
 test_loop.py: slot 0 writes a valid environment, slot 1 prose; the hint arm always wins."""
 
 import pytest
-from test_loop import TOK, HintArmInfraFailures, designer_rows, make_loop, run
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.selfplay import prompts
 from spade_jax.selfplay.chat import ChatFormatter
+from tests.selfplay.test_loop import TOK, HintArmInfraFailures, designer_rows, make_loop, run
 
 
 def test_discard_trains_only_the_valid_design():

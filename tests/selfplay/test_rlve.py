@@ -2,13 +2,19 @@
 
 import numpy as np
 import pytest
-from selfplay_fakes import ByteTokenizer, FakeTrainer, ScriptedPolicy, make_engine, make_settings
 
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay import rlve
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
+from tests.selfplay.selfplay_fakes import (
+  ByteTokenizer,
+  FakeTrainer,
+  ScriptedPolicy,
+  make_engine,
+  make_settings,
+)
 
 TOK = ByteTokenizer()
 

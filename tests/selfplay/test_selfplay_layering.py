@@ -6,7 +6,7 @@ one command in it, `selfplay/play.py`, wires concrete parts as a composition roo
 scripted engine, the sandbox pool, a tokenizer); nothing in the package imports it.
 """
 
-from layering import imports_of, under, violations
+from tests.layering import imports_of, under, violations
 
 SPADE_ALLOWED = ("spade_jax.selfplay", "spade_jax.engine.api", "spade_jax.sandbox.api",
                  "spade_jax.sandbox.contract", "spade_jax.rl.batch", "spade_jax.envs",

@@ -9,7 +9,10 @@ steps. (tests/launch/test_multiprocess_e2e.py runs the real thing with two proce
 
 import threading
 
-from selfplay_fakes import (
+from spade_jax.sandbox.fake import FakePool
+from spade_jax.sandbox.split import LocalExchange, SplitPool
+from spade_jax.selfplay.loop import SelfPlayLoop
+from tests.selfplay.selfplay_fakes import (
   ByteTokenizer,
   FakeTrainer,
   ListCorpus,
@@ -19,10 +22,6 @@ from selfplay_fakes import (
   make_settings,
   seed_library,
 )
-
-from spade_jax.sandbox.fake import FakePool
-from spade_jax.sandbox.split import LocalExchange, SplitPool
-from spade_jax.selfplay.loop import SelfPlayLoop
 
 TOK = ByteTokenizer()
 DESIGNS = {0: designer_reply("A"), 1: designer_reply("B"), 2: "prose, not code"}

@@ -10,7 +10,6 @@ engine actually saw and sampled, one growing sequence, and that is what the trai
 import json
 
 import pytest
-from selfplay_fakes import REPLY_LOGPROB, ByteTokenizer
 
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
@@ -20,6 +19,7 @@ from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episodes
 from spade_jax.selfplay.timing import Timings
 from spade_jax.tokenizer import load_tokenizer
+from tests.selfplay.selfplay_fakes import REPLY_LOGPROB, ByteTokenizer
 
 # Both render with the bundled Qwen3 chat template; "tiny" is the SentencePiece tokenizer.
 TOKENIZERS = {"bytes": ByteTokenizer(), "tiny": load_tokenizer("tiny")}

@@ -1,0 +1,1 @@
+"""Launchers; a package so that tests import `launch.tpu_run` as a module."""
