@@ -21,8 +21,11 @@ are exactly the prompts this run sends. Choices, and why:
 * designer replies up to 768 tokens (a minigame with its fence and hint is well under); agent
   replies up to 48 (one `<action>...</action>`, no reasoning: the starter never learned to
   think first); 6 turns an episode; 3,072 positions a conversation.
-* temperature 0.7 (one for both roles, as the trainer's log-probs use it): a design is about
-  a thousand tokens that must all be right, and at 1.0 a small model's tail mass breaks most.
+* temperature 0.3 (one for both roles, as the trainer's log-probs use it): a design is
+  hundreds of tokens that must all be right, and at 0.7 a small model's tail mass breaks most
+  (bench/RESULTS.md, the starter's design experiments).
+* a refresh short of valid designs is topped up from the memory (fill_from_memory), so that
+  every step trains the agent while the designer's valid share is low.
 * AdamW at 1e-5 with KL 0.01 to the starter: a small model fine-tuned on a narrow set moves
   fast, and the KL keeps the designer near the distribution that writes valid code.
 """
@@ -51,9 +54,10 @@ def get_config() -> ConfigDict:
   c.selfplay.memory.sample_size = 1  # one memory entry per designer prompt (prompt < 2.7k tokens)
   c.selfplay.library = "minigames"  # short generated games (envs/minigames.py) fill the memory
   c.selfplay.designer_prompt = "compact"  # no contract text (the starter learned it by example)
+  c.selfplay.fill_from_memory = True  # a refresh short of valid designs replays memory games
   c.corpus.max_chars = 600  # short passages: the prompt fits beside a whole design
-  c.sampling.designer = {"max_new_tokens": 768, "temperature": 0.7, "top_p": 1.0, "top_k": 0}
-  c.sampling.agent = {"max_new_tokens": 48, "temperature": 0.7, "top_p": 1.0, "top_k": 0}
+  c.sampling.designer = {"max_new_tokens": 768, "temperature": 0.3, "top_p": 1.0, "top_k": 0}
+  c.sampling.agent = {"max_new_tokens": 48, "temperature": 0.3, "top_p": 1.0, "top_k": 0}
   c.engine.num_slots = 48  # 6 envs x 2 arms x G=4 episodes in one wave
   c.engine.max_cache_len = 3072  # a designer prompt + 768; an episode's 6 turns
   c.engine.prefill_buckets = (256, 1024, 2304)  # turns; first turns; designer prompt
