@@ -161,5 +161,7 @@ def _tb_scalars(logdir):
 
   acc = EventAccumulator(str(logdir), size_guidance={"tensors": 0})
   acc.Reload()
-  return {tag: [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
-          for tag in acc.Tags()["tensors"]}
+  values = {tag: [tensor_util.make_ndarray(e.tensor_proto) for e in acc.Tensors(tag)]
+            for tag in acc.Tags()["tensors"]}
+  return {tag: [float(v) for v in vs] for tag, vs in values.items()  # numbers, not text panels
+          if vs and vs[0].dtype.kind in "fiu"}
