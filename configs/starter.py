@@ -11,15 +11,21 @@ are exactly the prompts this run sends. Choices, and why:
   in minutes; k = 2 still delays the designer's update by a refresh.
 * G = 4 episodes per arm: the smallest group whose advantages are not all +-1, and 6 x 2 x 4 =
   48 episodes fit one wave of 48 decode slots.
-* memory sample size 1 and passages of 600 characters: the designer prompt stays under about
-  2.7k tokens with the starter tokenizer, so prompt + a 2,048-token design fit 8,192
-  positions (the starter preset's) without `fitted_prompt` cutting anything.
-* designer replies up to 2,048 tokens (a train seed game with its fence and hint is at most
-  about 1.5k with this tokenizer; variants may be longer); agent replies up to 48 (one
-  `<action>...</action>`, no reasoning: the starter never learned to think first); 6 turns
-  an episode.
-* temperature 0.7 (one for both roles, as the trainer's log-probs use it): a design is about
-  a thousand tokens that must all be right, and at 1.0 a small model's tail mass breaks most.
+* the memory starts from minigames (envs/minigames.py: six short template games, one a
+  category), which the starter learned to write by editing the one in its prompt; a seed game
+  is about a thousand tokens, more than a model this small writes token-perfect.
+* the compact designer prompt (no contract text: the starter learned the contract from its
+  examples), memory sample size 1 and passages of 600 characters: the prompt is a passage, one
+  minigame and the request, and a fine-tuning example is about a third as long as with the
+  full prompt, which is what the build's fine-tuning pays for.
+* designer replies up to 768 tokens (a minigame with its fence and hint is well under); agent
+  replies up to 48 (one `<action>...</action>`, no reasoning: the starter never learned to
+  think first); 6 turns an episode; 3,072 positions a conversation.
+* temperature 0.3 (one for both roles, as the trainer's log-probs use it): a design is
+  hundreds of tokens that must all be right, and at 0.7 a small model's tail mass breaks most
+  (bench/RESULTS.md, the starter's design experiments).
+* a refresh short of valid designs is topped up from the memory (fill_from_memory), so that
+  every step trains the agent while the designer's valid share is low.
 * AdamW at 1e-5 with KL 0.01 to the starter: a small model fine-tuned on a narrow set moves
   fast, and the KL keeps the designer near the distribution that writes valid code.
 """
@@ -46,12 +52,15 @@ def get_config() -> ConfigDict:
   c.selfplay.categories_per_step = 2  # categories per refresh
   c.selfplay.max_turns = 6  # episode cap
   c.selfplay.memory.sample_size = 1  # one memory entry per designer prompt (prompt < 2.7k tokens)
+  c.selfplay.library = "minigames"  # short generated games (envs/minigames.py) fill the memory
+  c.selfplay.designer_prompt = "compact"  # no contract text (the starter learned it by example)
+  c.selfplay.fill_from_memory = True  # a refresh short of valid designs replays memory games
   c.corpus.max_chars = 600  # short passages: the prompt fits beside a whole design
-  c.sampling.designer = {"max_new_tokens": 2048, "temperature": 0.7, "top_p": 1.0, "top_k": 0}
-  c.sampling.agent = {"max_new_tokens": 48, "temperature": 0.7, "top_p": 1.0, "top_k": 0}
+  c.sampling.designer = {"max_new_tokens": 768, "temperature": 0.3, "top_p": 1.0, "top_k": 0}
+  c.sampling.agent = {"max_new_tokens": 48, "temperature": 0.3, "top_p": 1.0, "top_k": 0}
   c.engine.num_slots = 48  # 6 envs x 2 arms x G=4 episodes in one wave
-  c.engine.max_cache_len = 8192  # the starter preset's max_position_embeddings
-  c.engine.prefill_buckets = (256, 1024, 4096)  # turns; first turns; designer prompt
+  c.engine.max_cache_len = 3072  # a designer prompt + 768; an episode's 6 turns
+  c.engine.prefill_buckets = (256, 1024, 2304)  # turns; first turns; designer prompt
   c.engine.decode_steps_per_poll = 16
   c.sandbox.num_workers = 2  # 2 cores
   c.rl.learning_rate = 1e-5  # GRPO from the starter

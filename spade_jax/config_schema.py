@@ -59,6 +59,7 @@ def base_config() -> ConfigDict:
   c.selfplay.max_turns = sp.max_turns  # framework cap on episode length (the env's may be less)
   c.selfplay.action_format = sp.action_format  # agent action wrapper; {} = the action
   c.selfplay.designer_reward = sp.designer_reward  # or "ema_learning_potential" (regret.py)
+  c.selfplay.designer_prompt = sp.designer_prompt  # or "compact" (no contract text; starter)
   # "discard" (the paper), "penalty" or "two_level": how invalid designs enter the designer's
   # advantage (selfplay/designer_advantage.py, docs/selfplay.md).
   c.selfplay.designer_advantage = sp.designer_advantage
@@ -71,7 +72,7 @@ def base_config() -> ConfigDict:
   c.selfplay.fixed_envs = sp.fixed_envs  # "grpo" / "rlve": fixed-env baselines on the seeds
   c.selfplay.fill_from_memory = sp.fill_from_memory  # top up a short valid set with replays
   c.selfplay.train_agent_on_hint_arm = sp.train_agent_on_hint_arm  # hint arm only measures
-  c.selfplay.library = sp.library  # "seeds" or "vowels" (dense reward; smoke runs)
+  c.selfplay.library = sp.library  # "seeds", "vowels" (dense reward; smoke runs), "minigames"
   c.selfplay.memory = ConfigDict()
   c.selfplay.memory.capacity = sp.memory_capacity  # environments kept (selfplay/memory.py)
   c.selfplay.memory.sample_size = sp.memory_sample_size  # memory entries per designer prompt

@@ -30,6 +30,7 @@ from spade_jax.checks import ConfigError
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.envs import minigames
 from spade_jax.envs.library import load_seed_library
 from spade_jax.envs.vowels import VOWELS_HINT, VOWELS_SOURCE
 from spade_jax.eval.config import EvalConfig
@@ -77,7 +78,11 @@ def build_model(policy: PolicyConfig, seed: int, mesh):
 
 
 def seed_entries(settings: SelfPlayConfig, split: str = "all") -> list[MemoryEntry]:
-  """The library memory starts from: the setting's seeds (of `split`), or the vowels environment."""
+  """The library memory starts from: the setting's seeds (of `split`), the vowels environment
+  or minigames."""
+  if settings.library == "minigames":
+    return [MemoryEntry(g.uid, g.source, g.hint, g.category, "seed", -1)
+            for g in minigames.library(settings.skills)]
   if settings.library == "vowels":
     return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
             for skill in settings.skills]

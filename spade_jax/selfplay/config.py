@@ -19,12 +19,12 @@ from spade_jax.checks import ConfigError, derived, is_int, is_number, require
 from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
 from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES
-from spade_jax.selfplay.prompts import SETTINGS, designer_system_prompt
+from spade_jax.selfplay.prompts import DESIGNER_PROMPTS, SETTINGS, designer_system_prompt
 from spade_jax.selfplay.regret import get_designer_reward
 from spade_jax.selfplay.replies import check_action_format
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
-LIBRARIES = ("seeds", "vowels")
+LIBRARIES = ("seeds", "vowels", "minigames")
 RENAMED_LIBRARIES = {"probe": "vowels"}  # an old value fails naming its new one (issue 27)
 FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
 # The config path of each field whose name differs from its place under config.selfplay.
@@ -51,6 +51,7 @@ class SelfPlayConfig:
   max_turns: int = 8  # framework cap on episode length (the env's own may be smaller)
   action_format: str = "<action>{}</action>"  # agent action wrapper; {} = the action
   designer_reward: str = "hint_regret"  # or "ema_learning_potential" (selfplay/regret.py)
+  designer_prompt: str = "full"  # or "compact" (prompts.DESIGNER_PROMPTS: no contract text)
   # The paper's "discard": invalid designs give no rows, regret is normalised among the
   # refresh's valid designs; "penalty": invalid_designer_reward in the same group;
   # "two_level": validity_weight * validity term + regret among the valid ones.
@@ -64,8 +65,9 @@ class SelfPlayConfig:
   fixed_envs: str = ""  # one of FIXED_ENVS: "" (SPADE), "grpo" or "rlve" (seed library)
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
-  # The library memory starts from: "seeds" (the setting's seed environments) or "vowels" (the
-  # dense-reward vowels environment in every skill, so a random model earns varied returns).
+  # The library memory starts from: "seeds" (the setting's seed environments), "vowels" (the
+  # dense-reward vowels environment in every skill, so a random model earns varied returns) or
+  # "minigames" (short generated games, envs/minigames.py: the starter policy's own library).
   library: str = "seeds"
   memory_capacity: int = 512  # environments kept; eviction rule in selfplay/memory.py
   memory_sample_size: int = 4  # memory entries shown in each designer prompt
@@ -92,6 +94,8 @@ class SelfPlayConfig:
     renamed = RENAMED_LIBRARIES.get(self.library)
     require(self.library in LIBRARIES, field_path("library"), self.library,
             f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
+    require(self.library != "minigames" or self.setting == "games", field_path("library"),
+            self.library, 'a library of the setting ("minigames" are games)')
     require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
             f"one of {FIXED_ENVS}")
     require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),
@@ -109,6 +113,8 @@ class SelfPlayConfig:
       get_designer_reward(self.designer_reward)
     except ValueError as err:
       raise ConfigError(str(err)) from None
+    require(self.designer_prompt in DESIGNER_PROMPTS, field_path("designer_prompt"),
+            self.designer_prompt, f"one of {DESIGNER_PROMPTS}")
     designer_system_prompt(self.setting, self.designer_reward)  # the reward has prompt text
     for name in ("designer_sampling", "agent_sampling"):
       _check_sampling(field_path(name), getattr(self, name))
@@ -138,6 +144,7 @@ class SelfPlayConfig:
         num_envs=sp.num_envs, k=sp.k, group_size=sp.group_size,
         categories_per_step=sp.categories_per_step, max_turns=sp.max_turns,
         action_format=sp.action_format, designer_reward=sp.designer_reward,
+        designer_prompt=sp.designer_prompt,
         designer_advantage=sp.designer_advantage,
         designer_group_by_category=bool(sp.designer_group_by_category),
         invalid_designer_reward=sp.invalid_designer_reward, validity_weight=sp.validity_weight,

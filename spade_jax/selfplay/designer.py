@@ -139,13 +139,14 @@ def _sandbox_rule(reason: str | None) -> str:
 
 
 def fitted_prompt(formatter: ChatFormatter, req: DesignRequest, setting: str,
-                  max_tokens: int | None, reward: str = "hint_regret") -> list[int]:
+                  max_tokens: int | None, reward: str = "hint_regret",
+                  style: str = "full") -> list[int]:
   """Prompt ids within `max_tokens`: drops memory entries, then halves the passage."""
   memory, passage = list(req.memory), req.passage
   while True:
     ids = formatter.prompt_ids(
         prompts.designer_messages(req.category, passage, memory, setting, reward,
-                                  req.passage_origin))
+                                  req.passage_origin, style))
     if max_tokens is None or len(ids) <= max_tokens:
       return ids
     if memory:
@@ -160,16 +161,17 @@ def fitted_prompt(formatter: ChatFormatter, req: DesignRequest, setting: str,
 
 def generate_designs(engine, pool, formatter: ChatFormatter, requests: Sequence[DesignRequest],
                      params: SamplingParams, *, setting: str, step: int, timings: Timings,
-                     max_prompt_tokens: int | None = None,
-                     reward: str = "hint_regret") -> list[DesignerSample]:
+                     max_prompt_tokens: int | None = None, reward: str = "hint_regret",
+                     style: str = "full") -> list[DesignerSample]:
   """Samples one environment per request, parses and validates them (batched).
 
-  Prompts longer than `max_prompt_tokens` are shortened by `fitted_prompt`.
+  Prompts (of `style`, prompts.DESIGNER_PROMPTS) longer than `max_prompt_tokens` are
+  shortened by `fitted_prompt`.
   """
   samples: dict[tuple, DesignerSample] = {}
   for req in requests:
     cid = ("designer", step, req.index)
-    prompt_ids = fitted_prompt(formatter, req, setting, max_prompt_tokens, reward)
+    prompt_ids = fitted_prompt(formatter, req, setting, max_prompt_tokens, reward, style)
     samples[cid] = DesignerSample(req.index, req.category, req.passage_id, prompt_ids, [], [], "")
     seed = params.seed + req.index
     with timings.phase("generate_s"):

@@ -190,7 +190,8 @@ class SelfPlayLoop:
     params = dataclasses.replace(self.designer_params, seed=derive_seed(s.seed, "designer", t))
     samples = designer.generate_designs(
         self.engine, self.pool, self.formatter, requests, params, setting=s.setting, step=t,
-        timings=timings, max_prompt_tokens=s.max_prompt_tokens(params), reward=s.designer_reward)
+        timings=timings, max_prompt_tokens=s.max_prompt_tokens(params), reward=s.designer_reward,
+        style=s.designer_prompt)
     out = _Refresh([], [], requests=len(samples))
     for d in samples:
       uid = f"d{t}.{d.index}" if d.valid else None

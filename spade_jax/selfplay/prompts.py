@@ -18,6 +18,10 @@ from spade_jax.sandbox.contract import CONTRACT_TEXT
 from spade_jax.selfplay.replies import action_format_example
 
 SETTINGS = ("games", "tool_use")
+# "full": role, reward, contract, scaffold and output format; "compact": role and output format
+# only, for a small model that learned the contract from examples (the starter policy, whose
+# memory sample shows a whole environment) and whose training pays for every prompt token.
+DESIGNER_PROMPTS = ("full", "compact")
 MEMORY_SOURCE_CHARS = 1500  # each memory entry's source is cut to this in the designer prompt
 
 _DESIGNER_ROLE = """\
@@ -60,6 +64,11 @@ each call with a tool result (an error message for bad values), never crash, and
 answer a tool call as if it were chat. oracle_actions() returns the calls (dicts) and replies
 (strs) that complete every instruction. The hint is a step-by-step plan: which tools to
 call, in which order, with which arguments."""
+
+_COMPACT_ROLE = """\
+You are the Environment Designer of a self-play curriculum. Write a new training environment
+for a reasoning agent: one Python class with reset(seed) and step(action) that keeps the
+contract of the environments shown to you, with oracle_actions(), plus a privileged hint."""
 
 _OUTPUT_FORMAT = """\
 Answer with exactly one ```python code block that holds the whole environment (one class),
@@ -154,13 +163,19 @@ def _check_setting(setting: str) -> None:
     raise ValueError(f"config.setting={setting!r}; expected one of {SETTINGS}")
 
 
-def designer_system_prompt(setting: str = "games", reward: str = "hint_regret") -> str:
-  """Role, reward, contract, scaffold and output format of the designer."""
+def designer_system_prompt(setting: str = "games", reward: str = "hint_regret",
+                           style: str = "full") -> str:
+  """Role, reward, contract, scaffold and output format of the designer (DESIGNER_PROMPTS)."""
   _check_setting(setting)
   if reward not in REWARD_TEXT:
     raise ValueError(f"no designer prompt text for the reward {reward!r}; known: "
                      f"{sorted(REWARD_TEXT)}")
+  if style not in DESIGNER_PROMPTS:
+    raise ValueError(f"designer prompt {style!r}; expected one of {DESIGNER_PROMPTS}")
   tools = setting == "tool_use"
+  if style == "compact":
+    return "\n\n".join([_COMPACT_ROLE, *([_DESIGNER_ROLE_TOOLS] if tools else []),
+                         _OUTPUT_FORMAT])
   parts = [_DESIGNER_ROLE.format(reward=REWARD_TEXT[reward])]
   if tools:
     parts.append(_DESIGNER_ROLE_TOOLS)
@@ -205,8 +220,8 @@ def designer_user_message(category: str, passage: str | None,
 
 def designer_messages(category: str, passage: str | None, memory: Sequence[MemoryView] = (),
                       setting: str = "games", reward: str = "hint_regret",
-                      origin: str | None = None) -> list[dict[str, str]]:
-  return [{"role": "system", "content": designer_system_prompt(setting, reward)},
+                      origin: str | None = None, style: str = "full") -> list[dict[str, str]]:
+  return [{"role": "system", "content": designer_system_prompt(setting, reward, style)},
           {"role": "user", "content": designer_user_message(category, passage, memory, origin)}]
 
 

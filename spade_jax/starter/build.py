@@ -35,6 +35,9 @@ from spade_jax.tokenizer import load_tokenizer
 from spade_jax.tokenizer.base import ENDOFTEXT
 
 STAGES = ("tokenizer", "envs", "pretrain", "sft", "export")
+# The fine-tuning set: seed-game variants (agent episodes) and minigames (design targets, the
+# starter loop's library family, and agent episodes).
+ENV_FILES = {"variants": "envs.jsonl", "minigames": "minigames.jsonl"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +50,8 @@ class BuildSize:
   window: int  # pretraining sequence length
   pretrain_rows: int  # windows a step
   pretrain: StageSettings
-  env_count: int  # environments in the fine-tuning set
+  env_count: int  # seed-game variants in the fine-tuning set (agent episodes)
+  minigame_count: int  # minigames in it (design targets and agent episodes)
   sft_tokens_per_step: int  # padded tokens a fine-tuning step
   sft_epochs: int
   sft_learning_rate: float
@@ -58,6 +62,7 @@ class BuildSize:
   # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
   compute_dtype: str = "bfloat16"
   designer_per_env: int = 1
+  echo_share: float = 0.5  # pretraining documents echoed (pretrain_text.with_echoes)
 
 
 SIZES: dict[str, BuildSize] = {
@@ -65,13 +70,15 @@ SIZES: dict[str, BuildSize] = {
         preset="starter", tokenizer_chars=8_000_000, pretrain_chars=12_000_000, window=1024,
         pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
                                                 warmup_steps=20, save_every=20),
-        env_count=320, sft_tokens_per_step=16_384, sft_epochs=2, sft_learning_rate=1e-3),
+        env_count=320, minigame_count=360, sft_tokens_per_step=16_384, sft_epochs=2,
+        sft_learning_rate=1e-3),
     "ci": BuildSize(
         preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
                                                 warmup_steps=2, save_every=10),
-        env_count=4, sft_tokens_per_step=8192, sft_epochs=1, sft_learning_rate=3e-3,
-        sft_min_bucket=4096, sft_bucket_step=4096, sft_max_length=4096,  # one shape, one compile
+        env_count=4, minigame_count=48, sft_tokens_per_step=8192, sft_epochs=1,
+        sft_learning_rate=3e-3,
+        sft_min_bucket=512, sft_bucket_step=2048, sft_max_length=2048,  # three shapes
         compute_dtype="float32"),
 }
 
@@ -148,16 +155,22 @@ class Build:
     return load_tokenizer(self.stages / "tokenizer")
 
   def _envs(self) -> dict[str, Any]:
-    envs = variants.build_env_set(self.stages / "envs.jsonl", count=self.size.env_count,
-                                  seed=self.seed, num_workers=self.experiment.sandbox.num_workers,
-                                  progress=self.progress)
-    return {"count": len(envs)}
+    counts = {}
+    for kind, count in (("variants", self.size.env_count),
+                        ("minigames", self.size.minigame_count)):
+      envs = variants.build_env_set(self.stages / ENV_FILES[kind], count=count, seed=self.seed,
+                                    num_workers=self.experiment.sandbox.num_workers,
+                                    progress=self.progress, kind=kind)
+      counts[kind] = len(envs)
+    return {"count": counts}
 
   def _pretrain(self) -> dict[str, Any]:
     tok = self.tokenizer()
     cache = self.stages / "pretrain_tokens.npz"
     if not cache.is_file():
-      docs = [tok.encode(d) for d in pretrain_text.documents(self.size.pretrain_chars)]
+      docs = pretrain_text.with_echoes(pretrain_text.documents(self.size.pretrain_chars),
+                                       self.size.echo_share, self.seed)
+      docs = [tok.encode(d) for d in docs]
       windows = WindowPlan.from_documents(docs, tok.token_to_id(ENDOFTEXT), self.size.window,
                                           1).windows
       _save_npz(cache, windows=windows)
@@ -195,12 +208,16 @@ class Build:
     """Designer and agent examples (cached in sft_examples.jsonl: playing them takes time)."""
     cache = self.stages / "sft_examples.jsonl"
     if not cache.is_file():
-      tok, envs = self.tokenizer(), variants.load_env_set(self.stages / "envs.jsonl")
+      tok = self.tokenizer()
+      seed_variants, games = (variants.load_env_set(self.stages / ENV_FILES[kind])
+                              for kind in ("variants", "minigames"))
       pool = run.build_pool(self.experiment)
       try:
-        rows = (sft_data.designer_examples(envs, tok, self.settings, seed=self.seed,
-                                           per_env=self.size.designer_per_env)
-                + sft_data.agent_examples(envs, tok, self.settings, pool, seed=self.seed))
+        rows = (sft_data.designer_examples(games, tok, self.settings, seed=self.seed,
+                                           per_env=self.size.designer_per_env,
+                                           max_chars=self.experiment.corpus.max_chars)
+                + sft_data.agent_examples(seed_variants + games, tok, self.settings, pool,
+                                          seed=self.seed))
       finally:
         pool.close()
       tmp = cache.with_suffix(".tmp")

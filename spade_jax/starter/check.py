@@ -2,10 +2,11 @@
 
 Designer: `selfplay.designer.generate_designs` (the real SlotConversationEngine and sandbox
 pool, the loop's prompts and sampling from the config) on passages the starter was not
-trained on (`sft_data.heldout_passages`, or a JSONL file's `text` fields), one memory sample
-from the train seed games each, categories in turn. Reported: the valid share, the share of
-valid designs that are not copies of a training environment (`variants.normalise_source` of
-the build's environment set and of the seed games) and Vendi/n of the valid sources.
+trained on (`sft_data.heldout_passages`, or a JSONL file's `text` fields), memory samples
+from the loop's library (`run.seed_entries`, train split) in rotation, categories in turn.
+Reported: the valid share, the share of valid designs that are not copies of a training
+environment (`variants.normalise_source` of the build's environment sets, the seed games and
+the loop's library) and Vendi/n of the valid sources.
 Agent: the seed_games_heldout suite (spade_jax.eval) with the starter, and with a random
 model of the same shape (random replies) as the baseline; mean return with and without hint.
 Gates: valid >= 25 %; non-copies >= half of valid; agent mean return above random; hinted
@@ -29,12 +30,12 @@ from spade_jax.eval.suites.user_data import read_jsonl
 from spade_jax.metrics.vendi import vendi_per_n
 from spade_jax.model import from_pretrained
 from spade_jax.model.testing import random_model
-from spade_jax.selfplay import designer, prompts
+from spade_jax.selfplay import designer
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import sft_data, variants
-from spade_jax.starter.build import load_experiment
+from spade_jax.starter.build import ENV_FILES, load_experiment
 from spade_jax.tokenizer import load_tokenizer
 
 MIN_VALID_SHARE = 0.25
@@ -54,17 +55,16 @@ def read_passages(path: str | pathlib.Path) -> list[str]:
 
 def design_requests(passages: list[str], settings: SelfPlayConfig,
                     max_chars: int) -> list[designer.DesignRequest]:
-  """One request a passage: categories in turn, memory from the train seed games."""
-  seeds = load_seed_library(settings.setting, split="train")
+  """One request a passage: categories in turn, memory from the loop's library (train split)."""
+  library = run.seed_entries(settings, split="train")
   requests = []
   for i, text in enumerate(passages):
     category = settings.skills[i % len(settings.skills)]
-    pool = [s for s in seeds if s.category == category] or seeds
-    turn = i // len(settings.skills)  # this category's turn: its seeds in rotation
+    pool = [e for e in library if e.category == category] or library
+    turn = i // len(settings.skills)  # this category's turn: its entries in rotation
     picked = [pool[(turn + j) % len(pool)]
               for j in range(min(settings.memory_sample_size, len(pool)))]
-    memory = tuple(prompts.MemoryView(s.category, s.source, s.hint, None, None, None)
-                   for s in picked)
+    memory = tuple(e.view() for e in picked)
     requests.append(designer.DesignRequest(i, category, f"check/{i}", text[:max_chars], memory))
   return requests
 
@@ -78,7 +78,8 @@ def designer_gate(engine, pool, tokenizer, max_chars: int, settings: SelfPlayCon
       engine, pool, ChatFormatter(tokenizer),
       design_requests(passages, settings, max_chars), params,
       setting=settings.setting, step=0, timings=Timings(),
-      max_prompt_tokens=settings.max_prompt_tokens(params), reward=settings.designer_reward)
+      max_prompt_tokens=settings.max_prompt_tokens(params), reward=settings.designer_reward,
+      style=settings.designer_prompt)
   valid = [s for s in samples if s.valid]
   novel = [s for s in valid if variants.normalise_source(s.source) not in training_sources]
   errors: dict[str, int] = {}
@@ -114,9 +115,11 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
   tokenizer = load_tokenizer(directory)
   model = from_pretrained(directory, dtype="float32")
   training = {variants.normalise_source(s.source) for s in load_seed_library(settings.setting)}
-  env_file = directory / "stages" / "envs.jsonl"
-  if env_file.is_file():
-    training |= {variants.normalise_source(e.source) for e in variants.load_env_set(env_file)}
+  training |= {variants.normalise_source(e.source) for e in run.seed_entries(settings)}
+  for name in ENV_FILES.values():
+    env_file = directory / "stages" / name
+    if env_file.is_file():
+      training |= {variants.normalise_source(e.source) for e in variants.load_env_set(env_file)}
   engine = run.build_engine(experiment.engine, model, None)
   cache_len = experiment.engine.max_cache_len
   pool = run.build_pool(experiment)

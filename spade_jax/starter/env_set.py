@@ -19,16 +19,18 @@ import warnings
 from collections.abc import Iterable
 
 from spade_jax.envs.library import HELDOUT_GAMES
+from spade_jax.envs.minigames import FAMILIES
 
 _FIELDS = ("uid", "base", "category", "source", "hint")
 
 
 @dataclasses.dataclass(frozen=True)
 class VariantEnv:
-  """One environment of the starter's set: a validated variant of a train-split seed game."""
+  """One environment of the starter's set: a validated variant of a train-split seed game, or
+  a validated minigame (envs/minigames.py)."""
 
-  uid: str  # "v/<seed name>/<index>"
-  base: str  # seed game name it came from
+  uid: str  # "v/<seed name>/<index>" or "mg<seed>/<family>/<index>"
+  base: str  # seed game name it came from, or the minigame family
   category: str  # the seed's skill category
   source: str  # the whole environment source
   hint: str  # privileged hint (the seed's, adapted where the variant changes what it says)
@@ -54,8 +56,11 @@ def _decode_line(line: str) -> VariantEnv:
   if row.get("sha256") != _digest(row):
     raise ValueError("its sha256 does not match its fields (edited or damaged)")
   env = VariantEnv(*(row[f] for f in _FIELDS))
-  if env.base in HELDOUT_GAMES or not env.uid.startswith(f"v/{env.base}/"):
-    raise ValueError(f"uid {env.uid!r} / base {env.base!r} is not a train-split variant")
+  variant = env.uid.startswith(f"v/{env.base}/") and env.base not in HELDOUT_GAMES
+  minigame = env.base in FAMILIES and env.uid.split("/")[1:2] == [env.base]
+  if not (variant or minigame) or not env.uid.startswith(("v/", "mg")):
+    raise ValueError(f"uid {env.uid!r} / base {env.base!r} is neither a train-split variant "
+                     "nor a minigame")
   return env
 
 

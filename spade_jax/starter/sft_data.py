@@ -21,7 +21,7 @@ import logging
 from collections.abc import Hashable, Sequence
 
 from spade_jax.engine.fake import FakeEngine
-from spade_jax.envs.library import load_seed_library
+from spade_jax.run import seed_entries
 from spade_jax.sandbox.contract import ORACLE_MIN_RETURN
 from spade_jax.selfplay import corpus, designer, replies
 from spade_jax.selfplay.chat import ChatFormatter
@@ -52,16 +52,20 @@ class SFTExample:
 
 def _memory(envs: Sequence[VariantEnv], settings: SelfPlayConfig
             ) -> tuple[EnvMemory, dict[str, str]]:
-  """The train-split seeds (as the loop's library) plus the set's variants as designed ones.
+  """The loop's library memory (`run.seed_entries`, train split) plus the set as designed ones.
 
-  Also each entry's base game (uid -> seed name), so that a request can show a sibling.
+  Also each entry's base (uid -> seed game or minigame family), so that a request can show
+  a sibling.
   """
-  seeds = load_seed_library(kind=settings.setting, categories=settings.skills, split="train")
-  entries = [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
-             for s in seeds]
+  entries = seed_entries(settings, split="train")
+  bases = {e.uid: library_base(e.uid) for e in entries} | {e.uid: e.base for e in envs}
   entries += [MemoryEntry(e.uid, e.source, e.hint, e.category, "designed", -1) for e in envs]
-  bases = {f"seed/{s.name}": s.name for s in seeds} | {e.uid: e.base for e in envs}
   return EnvMemory(max(settings.memory_capacity, len(entries)), entries), bases
+
+
+def library_base(uid: str) -> str:
+  """The seed game or minigame family of a library entry: "seed/<name>", "mg<seed>/<family>/<i>"."""
+  return uid.split("/")[1]
 
 
 def design_request(env: VariantEnv, j: int, memory: EnvMemory, bases: dict[str, str],
@@ -122,7 +126,7 @@ def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayC
     for j in range(per_env):
       req = design_request(env, j, memory, bases, documents, settings, seed, max_chars)
       prompt = designer.fitted_prompt(formatter, req, settings.setting, limit,
-                                      settings.designer_reward)
+                                      settings.designer_reward, settings.designer_prompt)
       out.append(SFTExample(prompt + target, [0] * len(prompt) + [1] * len(target), "designer",
                             {"uid": env.uid, "base": env.base, "category": env.category,
                              "passage_id": req.passage_id,

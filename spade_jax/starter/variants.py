@@ -1,5 +1,8 @@
 """Environment variants of the train-split seed games, each passed by the real validator.
 
+(The starter's set also holds minigames, `envs/minigames.py`: `minigame_candidates` is their
+stream, built and resumed by the same `build_env_set`.)
+
 A variant is a source transformation of one seed game (never a held-out one): the knobs of
 `variant_tables` (constants, ranges, sizes, names, reward tiers, small rules, with the hint
 edits they need), another class name, a longer turn limit, reworded messages and a pinned
@@ -31,6 +34,7 @@ import sys
 import time
 from collections.abc import Iterator
 
+from spade_jax.envs import minigames
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.envs.library import HELDOUT_GAMES, SeedEnv, load_seed_library
 from spade_jax.sandbox.config import SandboxConfig
@@ -43,7 +47,8 @@ BATCH = 16  # candidates per validation call
 RETRIED_RULES = ("time", "infra")  # a load-dependent rejection is validated once more
 _MAX_TURNS = re.compile(r"^(\s+max_turns = )(\d+)$", re.MULTILINE)
 
-__all__ = ["VariantEnv", "build_env_set", "candidates", "load_env_set", "normalise_source"]
+__all__ = ["VariantEnv", "build_env_set", "candidates", "load_env_set", "minigame_candidates",
+           "normalise_source"]
 
 
 def normalise_source(source: str) -> str:
@@ -131,6 +136,20 @@ def candidates(seed: int = 0) -> Iterator[VariantEnv]:
         yield env
 
 
+def minigame_candidates(seed: int = 0) -> Iterator[VariantEnv]:
+  """The minigame stream (envs/minigames.py) as set candidates, skipping repeated sources and
+  the loop's minigame library (so a design that copies its memory is not a training copy)."""
+  seen = {normalise_source(g.source) for g in minigames.library()}
+  for game in minigames.stream(seed):
+    key = normalise_source(game.source)
+    if key not in seen:
+      seen.add(key)
+      yield VariantEnv(game.uid, game.family, game.category, game.source, game.hint)
+
+
+KINDS = ("variants", "minigames")  # the candidate streams of an env set
+
+
 def _rule(reason: str | None) -> str:
   return (reason or "invalid").split(":", 1)[0].strip()
 
@@ -157,14 +176,17 @@ def load_env_set(path: str | os.PathLike) -> list[VariantEnv]:
 
 def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 0,
                   num_workers: int = SandboxConfig.num_workers, progress: bool = True,
-                  stats: dict | None = None) -> list[VariantEnv]:
-  """The first `count` valid candidates of the stream, written to and resumed from `out_path`.
+                  stats: dict | None = None, kind: str = "variants") -> list[VariantEnv]:
+  """The first `count` valid candidates of the `kind` stream (`candidates` or
+  `minigame_candidates`), written to and resumed from `out_path`.
 
   stats, when given, is filled with {"validated", "reused", "rejected": {rule: n}}.
   """
   stored = {e.uid: e for e in read_env_set(out_path, repair=True)}
   envs, rejected, validated = [], collections.Counter(), 0
-  stream = candidates(seed)
+  if kind not in KINDS:
+    raise ValueError(f"env set kind {kind!r}: expected one of {KINDS}")
+  stream = (candidates if kind == "variants" else minigame_candidates)(seed)
   start, pool = time.monotonic(), None
   try:
     while len(envs) < count:
@@ -185,7 +207,7 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
       append_env_set(out_path, [e for e in kept if e.uid not in stored])
       envs += kept
       if progress:
-        _progress(len(envs), count, validated, rejected, time.monotonic() - start)
+        _progress(kind, len(envs), count, validated, rejected, time.monotonic() - start)
   finally:
     if pool is not None:
       pool.close()
@@ -199,10 +221,10 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
   return envs
 
 
-def _progress(done: int, count: int, validated: int, rejected: collections.Counter,
+def _progress(kind: str, done: int, count: int, validated: int, rejected: collections.Counter,
               elapsed: float) -> None:
   eta = elapsed / max(validated, 1) * (count - done) if validated else 0.0
-  print(f"\r[env set] {done}/{count} valid, {validated} validated, "
+  print(f"\r[{kind}] {done}/{count} valid, {validated} validated, "
         f"{sum(rejected.values())} rejected, ETA {eta:.0f} s", end="", file=sys.stderr,
         flush=True)
 
@@ -215,10 +237,12 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--num-workers", type=int, default=SandboxConfig.num_workers,
                       help="sandbox jails (config.sandbox.num_workers' default)")
+  parser.add_argument("--kind", choices=KINDS, default="variants",
+                      help="seed-game variants or minigames (envs/minigames.py)")
   args = parser.parse_args(argv)
   start, stats = time.monotonic(), {}
   envs = build_env_set(args.out, count=args.count, seed=args.seed,
-                       num_workers=args.num_workers, stats=stats)
+                       num_workers=args.num_workers, stats=stats, kind=args.kind)
   per_seed = collections.Counter(e.base for e in envs)
   print(json.dumps({"out": args.out, "count": len(envs), "wall_s": round(time.monotonic() - start,
                     2), "per_seed": dict(sorted(per_seed.items())), **stats}))

@@ -49,3 +49,32 @@ def test_the_prompt_names_the_passage_origin():
                                        "the documentation of sympy.ntheory")
   assert "a passage from the documentation of sympy.ntheory." in text
   assert "math and science corpus" not in prompts.designer_user_message("induction", "x", ())
+
+
+def test_the_compact_designer_prompt_keeps_role_format_and_request_but_not_the_contract():
+  full, user = prompts.designer_messages("planning", "Ohm's law.", (), style="full")
+  compact, same_user = prompts.designer_messages("planning", "Ohm's law.", (), style="compact")
+  assert same_user == user  # passage, memory and category are the same request
+  assert CONTRACT_TEXT.rstrip() not in compact["content"]
+  assert prompts.SCAFFOLD not in compact["content"]
+  assert "<hint>" in compact["content"] and "oracle_actions()" in compact["content"]
+  assert len(compact["content"]) < len(full["content"]) // 5
+  tools = prompts.designer_system_prompt("tool_use", style="compact")
+  assert "tool-use environment" in tools and CONTRACT_TEXT.rstrip() not in tools
+  try:
+    prompts.designer_system_prompt("games", style="short")
+  except ValueError as err:
+    assert "designer prompt 'short'" in str(err)
+  else:
+    raise AssertionError("an unknown prompt style was accepted")
+
+
+def test_the_prompt_style_is_a_checked_setting():
+  import pytest
+
+  from spade_jax.checks import ConfigError
+  from spade_jax.selfplay.config import SelfPlayConfig
+
+  assert SelfPlayConfig(designer_prompt="compact").designer_prompt == "compact"
+  with pytest.raises(ConfigError, match="selfplay.designer_prompt='short'"):
+    SelfPlayConfig(designer_prompt="short")

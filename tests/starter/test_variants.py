@@ -106,3 +106,15 @@ def test_the_variant_modules_import_neither_jax_nor_the_model():
   code = ("import sys, spade_jax.starter.variants; "
           "assert not [m for m in sys.modules if m == 'jax' or m.startswith('spade_jax.model')]")
   subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_minigame_set_builds_and_reads_back_with_its_own_uids(tmp_path):
+  path = tmp_path / "minigames.jsonl"
+  games = variants.build_env_set(path, count=8, num_workers=1, progress=False, kind="minigames")
+  assert [g.uid for g in games] == [g.uid for g in
+                                    itertools.islice(variants.minigame_candidates(0), 8)]
+  assert variants.load_env_set(path) == games and games[0].uid.startswith("mg0/")
+  forged = env_set.VariantEnv("mg0/mastermind/1", "mastermind", "deduction", "x = 1\n", "h")
+  path.write_text(env_set.encode_line(forged) + env_set.encode_line(games[0]))
+  with pytest.raises(ValueError, match="line 1 .*neither a train-split variant nor a minigame"):
+    variants.load_env_set(path)

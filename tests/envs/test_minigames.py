@@ -1,0 +1,60 @@
+"""Minigames: short template games that the real validator passes with every guard."""
+
+import collections
+import itertools
+
+import pytest
+
+from spade_jax.envs import minigames
+from spade_jax.envs.library import GAME_CATEGORIES
+from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.selfplay.config import SelfPlayConfig
+from spade_jax.starter import variants
+
+
+@pytest.fixture(scope="module")
+def candidates():
+  return list(itertools.islice(variants.minigame_candidates(0), 360))
+
+
+def test_360_distinct_candidates_over_the_six_categories(candidates):
+  keys = {variants.normalise_source(g.source) for g in candidates}
+  assert len(keys) == len(candidates) == 360
+  per_category = collections.Counter(g.category for g in candidates)
+  assert set(per_category) == set(GAME_CATEGORIES) and min(per_category.values()) >= 50
+  library = {variants.normalise_source(g.source) for g in minigames.library()}
+  assert not library & keys  # the loop's first memory is not in the training set
+
+
+def test_every_candidate_passes_the_validator_with_every_guard(candidates):
+  pool = SandboxPool(num_workers=2, require_oracle=True)
+  try:
+    results = pool.validate([g.source for g in candidates] +
+                            [g.source for g in minigames.library()])
+  finally:
+    pool.close()
+  rejected = [(g.uid, r.reason) for g, r in zip(candidates, results, strict=False) if not r.valid]
+  assert not rejected and all(r.valid for r in results), rejected[:5]
+
+
+def test_minigames_are_deterministic_and_differ_by_index_and_seed():
+  assert minigames.minigame("walk", 3) == minigames.minigame("walk", 3)
+  assert minigames.minigame("walk", 3).uid == "mg0/walk/3"
+  sources = {minigames.minigame("quiz", i).source for i in range(20)}
+  assert len(sources) > 10
+  assert minigames.minigame("quiz", 0, seed=1).source != minigames.minigame("quiz", 0).source
+  with pytest.raises(ValueError, match="family 'chess'"):
+    minigames.minigame("chess", 0)
+
+
+def test_the_library_setting_fills_the_memory_with_minigames_of_the_skills():
+  from spade_jax.run import seed_entries  # the composition root's library (imports jax)
+
+  settings = SelfPlayConfig(library="minigames", skills=("planning", "probing"),
+                              categories_per_step=2)
+  entries = seed_entries(settings)
+  assert {e.category for e in entries} == {"planning", "probing"} and len(entries) == 4
+  assert all(e.uid.startswith("mg1/") and "def oracle_actions" in e.source for e in entries)
+  with pytest.raises(ValueError, match="selfplay.library"):
+    SelfPlayConfig(setting="tool_use", library="minigames",
+                     skills=("lookup", "transaction"), categories_per_step=2)
