@@ -120,7 +120,9 @@ def test_every_part_runs_on_the_emulated_gpu_path(monkeypatch, capsys):
   emulated, the Pallas decode kernel in interpret mode, remat "auto" = full) at small sizes:
   every part finishes and reports every figure, finite and positive."""
   monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
-  for name, value in dict(PROMPT_LEN=16, NEW_TOKENS=4, DECODE_BATCHES=(2,), GRPO_BATCH=4,
+  # 12 new tokens: the decode rate is the difference of two timings (full - prefill), and with
+  # 3 decode steps a loaded machine's noise made it negative once.
+  for name, value in dict(PROMPT_LEN=16, NEW_TOKENS=12, DECODE_BATCHES=(2,), GRPO_BATCH=4,
                           GRPO_SEQ=64, GRPO_PROMPT=16, GRPO_MICRO=2).items():
     monkeypatch.setattr(bench, name, value)
   monkeypatch.setattr(bench, "copy_bandwidth", functools.partial(bench.copy_bandwidth, 2**22))
