@@ -30,10 +30,6 @@ class Minigame:
   hint: str
 
 
-def _names(*names: str) -> tuple[str, ...]:
-  return names
-
-
 _QUIZ = string.Template('''\
 import random
 
@@ -246,7 +242,7 @@ def _quiz(rng: random.Random) -> tuple[dict, str]:
   lo = rng.choice([1, 2, 3, 5, 10])
   hi = lo + rng.choice([8, 10, 15, 20, 40, 90]) if op != "*" else lo + rng.choice([5, 8, 10, 12])
   n = rng.choice([2, 3, 4, 5])
-  knobs = dict(name=rng.choice(_names("MathQuiz", "SumDrill", "QuickMath", "MentalSums",
+  knobs = dict(name=rng.choice(("MathQuiz", "SumDrill", "QuickMath", "MentalSums",
                                       "ArithmeticRound", "NumberQuiz", "CalcSprint")),
                doc=rng.choice(["Answer a short round of arithmetic questions.",
                                "A quiz of small calculations, one question a turn.",
@@ -262,7 +258,7 @@ def _quiz(rng: random.Random) -> tuple[dict, str]:
 def _guess(rng: random.Random) -> tuple[dict, str]:
   hi = rng.choice([16, 20, 30, 32, 50, 64, 100])
   need = max(1, (hi - 1).bit_length())
-  knobs = dict(name=rng.choice(_names("GuessNumber", "HiddenNumber", "HigherLower",
+  knobs = dict(name=rng.choice(("GuessNumber", "HiddenNumber", "HigherLower",
                                       "NumberHunt", "SecretNumber", "PickANumber")),
                doc=rng.choice(["Guess a hidden number; each miss says higher or lower.",
                                "Find the secret number from higher/lower feedback."]),
@@ -282,7 +278,7 @@ def _sequence(rng: random.Random) -> tuple[dict, str]:
   slo, shi = (2, rng.choice([3, 4])) if op == "*" else (1, rng.choice([5, 9, 12, 20]))
   lo = rng.choice([1, 2, 5]) if op == "*" else rng.choice([0, 1, 10, 50])
   hi = lo + (rng.choice([3, 5]) if op == "*" else rng.choice([20, 40, 100]))
-  knobs = dict(name=rng.choice(_names("NextTerm", "SequenceGuess", "PatternNext",
+  knobs = dict(name=rng.choice(("NextTerm", "SequenceGuess", "PatternNext",
                                       "ContinueSeries", "NumberSeries")),
                doc=rng.choice(["Name the next term of a number sequence.",
                                "Continue the series: one number answers it."]),
@@ -301,7 +297,7 @@ def _reach(rng: random.Random) -> tuple[dict, str]:
   add, mul = rng.choice([1, 2, 3, 5]), rng.choice([2, 3])
   moves = rng.choice([3, 4, 5])
   big = {2: rng.choice(["double", "twice"]), 3: rng.choice(["triple", "thrice"])}[mul]
-  knobs = dict(name=rng.choice(_names("ReachTarget", "HitTheNumber", "GrowTo", "ClimbNumber",
+  knobs = dict(name=rng.choice(("ReachTarget", "HitTheNumber", "GrowTo", "ClimbNumber",
                                       "TargetMaker")),
                doc=rng.choice(["Reach the target value with add and multiply moves.",
                                "Grow a number to the target exactly; overshooting loses."]),
@@ -317,7 +313,7 @@ def _reach(rng: random.Random) -> tuple[dict, str]:
 
 def _locate(rng: random.Random) -> tuple[dict, str]:
   size = rng.choice([8, 10, 16, 20, 32, 40])
-  knobs = dict(name=rng.choice(_names("FindTheBox", "LocatePrize", "HiddenSlot", "TreasureBox",
+  knobs = dict(name=rng.choice(("FindTheBox", "LocatePrize", "HiddenSlot", "TreasureBox",
                                       "LockerSearch")),
                doc=rng.choice(["Locate the prize with range checks, then open its box.",
                                "Ask whether the item lies in a range; one open ends it."]),
@@ -334,7 +330,7 @@ def _locate(rng: random.Random) -> tuple[dict, str]:
 
 def _walk(rng: random.Random) -> tuple[dict, str]:
   size = rng.choice([3, 4, 5, 6])
-  knobs = dict(name=rng.choice(_names("HotCold", "GridSeeker", "FindTheGoal", "WarmerColder",
+  knobs = dict(name=rng.choice(("HotCold", "GridSeeker", "FindTheGoal", "WarmerColder",
                                       "DistanceWalk")),
                doc=rng.choice(["Walk a grid to a hidden goal; you only hear the distance.",
                                "Reach the goal on a small grid by distance feedback."]),
