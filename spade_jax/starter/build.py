@@ -62,7 +62,6 @@ class BuildSize:
   # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
   compute_dtype: str = "bfloat16"
   designer_per_env: int = 1
-  echo_share: float = 0.5  # pretraining documents echoed (pretrain_text.with_echoes)
 
 
 SIZES: dict[str, BuildSize] = {
@@ -168,9 +167,7 @@ class Build:
     tok = self.tokenizer()
     cache = self.stages / "pretrain_tokens.npz"
     if not cache.is_file():
-      docs = pretrain_text.with_echoes(pretrain_text.documents(self.size.pretrain_chars),
-                                       self.size.echo_share, self.seed)
-      docs = [tok.encode(d) for d in docs]
+      docs = [tok.encode(d) for d in pretrain_text.documents(self.size.pretrain_chars)]
       windows = WindowPlan.from_documents(docs, tok.token_to_id(ENDOFTEXT), self.size.window,
                                           1).windows
       _save_npz(cache, windows=windows)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import pathlib
-import random
 import re
 import sysconfig
 from collections.abc import Iterator
@@ -33,8 +32,6 @@ EXCLUDED_PACKAGES = frozenset({
 SCIENCE_SHARE = 0.3  # of the pretraining text; the rest is code
 MAX_FILE_BYTES = 200_000  # generated tables and vendored blobs are not what we want to learn
 _BLANKS = re.compile(r"\s+")
-_INTEGER = re.compile(r"(?<![\w.])\d+(?![\w.])")
-ECHO_CHARS = 1200  # an echoed chunk: both copies fit one pretraining window
 
 
 def _fingerprint(text: str) -> str:
@@ -117,25 +114,3 @@ def documents(max_chars: int, roots: list[pathlib.Path] | None = None,
   code = (text for _, text in python_files(python_paths(roots)))
   return _capped(itertools.chain(docs, code), max_chars)
 
-
-def with_echoes(docs: list[str], share: float, seed: int = 0) -> list[str]:
-  """`docs` where a `share` of them is replaced by an echo: a chunk of the document (at most
-  ECHO_CHARS, cut at a line end), a blank line, and the chunk again with some integers changed.
-
-  The designer's task is copy-and-edit: its target is the environment in its prompt with
-  other constants. A small model learns to copy from context (induction) far sooner from
-  text that repeats within a window than from plain source, where repeats are rare.
-  """
-  rng = random.Random(f"echo/{seed}")
-  out = []
-  for doc in docs:
-    if rng.random() >= share:
-      out.append(doc)
-      continue
-    chunk = doc[:ECHO_CHARS]
-    if len(doc) > ECHO_CHARS and "\n" in chunk:
-      chunk = chunk[:chunk.rindex("\n") + 1]
-    edited = _INTEGER.sub(lambda m: str(rng.randrange(100)) if rng.random() < 0.3
-                          else m.group(), chunk)
-    out.append(f"{chunk.rstrip()}\n\n{edited.rstrip()}\n")
-  return out
