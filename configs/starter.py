@@ -75,5 +75,7 @@ def get_config() -> ConfigDict:
   c.eval.suites = ("seed_games_heldout",)  # held-out seed games, hint and no hint
   c.eval.every = 10
   c.eval.limit = 6
+  c.eval.max_new_tokens = 48  # the agent's reply cap
+  c.eval.temperature = 0.3  # as the agent acts (the suite's own is 1.0)
   c.eval.hold_out_seed_games = True
   return c

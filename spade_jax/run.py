@@ -125,7 +125,8 @@ def run_evaluation(evals: EvalConfig, engine, pool, tokenizer, max_cache_len: in
   # Every host generates (rollouts are SPMD); only the chief writes the records.
   out = (storage.join(workdir, "eval", f"step_{step}.jsonl") if jax.process_index() == 0
          else None)
-  summaries = evaluate(requests, generator, pool, out, max_new_tokens=evals.max_new_tokens)
+  summaries = evaluate(requests, generator, pool, out, max_new_tokens=evals.max_new_tokens,
+                       temperature=evals.temperature)
   scalars = {}
   for s in summaries.values():
     scalars[f"eval/{s.suite}/{s.metric}"] = s.value

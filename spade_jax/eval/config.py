@@ -2,7 +2,8 @@
 
 Every `every` steps (0 = never) the composition root runs `suites` on the current weights
 (the training engine and sandbox pool), the first `limit` items of each with `samples`
-responses and at most `max_new_tokens` tokens a reply; scalars go to TensorBoard as
+responses and at most `max_new_tokens` tokens a reply, sampled at `temperature` (None: each
+suite's own; a policy trained to act at a low temperature is measured as it acts); scalars go to TensorBoard as
 eval/<suite>/<metric> and the records to <workdir>/eval/step_<N>.jsonl.
 `hold_out_seed_games` keeps the held-out seed games (envs.library.HELDOUT_GAMES) out of the
 memory and the replays, so seed_games_heldout stays held out.
@@ -26,6 +27,7 @@ class EvalConfig:
   limit: int = 16
   samples: int = 1
   max_new_tokens: int = 1024
+  temperature: float | None = None  # None: the suite's own sampling temperature
   hold_out_seed_games: bool = False
 
   def __post_init__(self):
@@ -36,6 +38,9 @@ class EvalConfig:
       low = 0 if name == "every" else 1
       require(is_int(getattr(self, name)) and getattr(self, name) >= low, f"eval.{name}",
               getattr(self, name), f"an int >= {low}")
+    require(self.temperature is None or (isinstance(self.temperature, int | float)
+                                         and self.temperature >= 0),
+            "eval.temperature", self.temperature, "None or a number >= 0")
     require(isinstance(self.hold_out_seed_games, bool), "eval.hold_out_seed_games",
             self.hold_out_seed_games, "a bool")
 

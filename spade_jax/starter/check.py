@@ -7,8 +7,9 @@ from the loop's library (`run.seed_entries`, train split) in rotation, categorie
 Reported: the valid share, the share of valid designs that are not copies of a training
 environment (`variants.normalise_source` of the build's environment sets, the seed games and
 the loop's library) and Vendi/n of the valid sources.
-Agent: the seed_games_heldout suite (spade_jax.eval) with the starter, and with a random
-model of the same shape (random replies) as the baseline; mean return with and without hint.
+Agent: the seed_games_heldout suite (spade_jax.eval) with the starter at the loop's agent
+sampling (reply cap and temperature), and with a random model of the same shape (random
+replies) as the baseline; mean return with and without hint.
 Gates: valid >= 25 %; non-copies >= half of valid; agent mean return above random; hinted
 return above unhinted.
 """
@@ -92,12 +93,14 @@ def designer_gate(engine, pool, tokenizer, max_chars: int, settings: SelfPlayCon
           "errors": errors}
 
 
-def agent_returns(engine, pool, tokenizer, cache_len: int, max_new_tokens: int,
+def agent_returns(engine, pool, tokenizer, cache_len: int, sampling: SamplingParams,
                   limit: int | None) -> dict[str, float]:
+  """seed_games_heldout as the loop's agent plays: its reply cap and temperature."""
   generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1), cache_len,
                         progress=False)
   summary = evaluate([SuiteRequest("seed_games_heldout", limit=limit)], generator, pool,
-                     max_new_tokens=max_new_tokens)["seed_games_heldout"]
+                     max_new_tokens=sampling.max_new_tokens,
+                     temperature=sampling.temperature)["seed_games_heldout"]
   hint = float((summary.extra or {}).get("return_with_hint", float("nan")))
   return {"no_hint": float(summary.value), "hint": hint, "mean": (float(summary.value) + hint) / 2}
 
@@ -126,10 +129,10 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
   try:
     design = designer_gate(engine, pool, tokenizer, experiment.corpus.max_chars, settings, texts,
                            training)
-    reply_cap = settings.agent_sampling.max_new_tokens
-    agent = agent_returns(engine, pool, tokenizer, cache_len, reply_cap, episodes)
+    agent = agent_returns(engine, pool, tokenizer, cache_len, settings.agent_sampling, episodes)
     engine.load_weights(nnx.state(random_model(model.cfg, seed=1), nnx.Param))
-    baseline = agent_returns(engine, pool, tokenizer, cache_len, reply_cap, episodes)
+    baseline = agent_returns(engine, pool, tokenizer, cache_len, settings.agent_sampling,
+                             episodes)
   finally:
     pool.close()
   gates = {"valid": design["valid_share"] >= MIN_VALID_SHARE,

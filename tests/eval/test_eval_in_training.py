@@ -24,6 +24,22 @@ def test_settings_defaults_off_and_checked():
     EvalConfig(suites=("nope",))
   with pytest.raises(ValueError, match="config.eval.limit"):
     EvalConfig(limit=0)
+  with pytest.raises(ValueError, match="config.eval.temperature"):
+    EvalConfig(temperature=-0.5)
+
+
+@pytest.mark.parametrize("temperature, expected", [(None, 1.0), (0.25, 0.25)])
+def test_run_evaluation_samples_at_the_eval_temperature(tmp_path, temperature, expected):
+  """eval.temperature overrides the suite's own (seed_games_heldout samples at 1.0)."""
+  tokenizer = load_tiny()
+  action = tokenizer.encode("<action>1</action>") + [tokenizer.eos_id]
+  seen = []
+  engine = FakeEngine(lambda cid, history, params: seen.append(params.temperature) or action,
+                      max_cache_len=4096)
+  evals = EvalConfig(suites=("seed_games_heldout",), every=1, limit=1, max_new_tokens=16,
+                     temperature=temperature)
+  run_evaluation(evals, engine, FakePool(max_turns=2), tokenizer, 4096, str(tmp_path), step=1)
+  assert seen and set(seen) == {expected}
 
 
 def test_run_evaluation_writes_scalars_and_records(tmp_path):
