@@ -61,7 +61,8 @@ class BuildSize:
   # Matmul dtype of both stages (parameters and AdamW moments stay float32): bf16 x bf16 -> fp32
   # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
   compute_dtype: str = "bfloat16"
-  designer_per_env: int = 1
+  designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
+  minigame_families: tuple[str, ...] | None = None  # None: every family (envs/minigames.py)
 
 
 SIZES: dict[str, BuildSize] = {
@@ -69,8 +70,8 @@ SIZES: dict[str, BuildSize] = {
         preset="starter", tokenizer_chars=8_000_000, pretrain_chars=12_000_000, window=1024,
         pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
                                                 warmup_steps=20, save_every=20),
-        env_count=320, minigame_count=360, sft_tokens_per_step=16_384, sft_epochs=2,
-        sft_learning_rate=1e-3),
+        env_count=320, minigame_count=360, sft_tokens_per_step=16_384, sft_epochs=3,
+        sft_learning_rate=2e-3, sft_bucket_step=512, designer_per_env=4),
     "ci": BuildSize(
         preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
@@ -157,9 +158,10 @@ class Build:
     counts = {}
     for kind, count in (("variants", self.size.env_count),
                         ("minigames", self.size.minigame_count)):
+      families = self.size.minigame_families if kind == "minigames" else None
       envs = variants.build_env_set(self.stages / ENV_FILES[kind], count=count, seed=self.seed,
                                     num_workers=self.experiment.sandbox.num_workers,
-                                    progress=self.progress, kind=kind)
+                                    progress=self.progress, kind=kind, families=families)
       counts[kind] = len(envs)
     return {"count": counts}
 
