@@ -16,6 +16,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -37,9 +38,18 @@ _EXPERIMENT_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Experiment
 
 
 def _section(cls: type) -> ConfigDict:
-  """config.<section> with the struct's defaults; a None default takes a tuple later."""
-  return ConfigDict({name: config_dict.placeholder(tuple) if value is None else value
+  """config.<section> with the struct's defaults; a None default (an `X | None` field) is a
+  placeholder that takes an X later."""
+  hints = typing.get_type_hints(cls)
+  return ConfigDict({name: config_dict.placeholder(_optional_type(hints[name]))
+                     if value is None else value
                      for name, value in section_defaults(cls).items()})
+
+
+def _optional_type(hint: Any) -> type:
+  """X of `X | None` (tuple for `tuple[int, ...] | None`)."""
+  (inner,) = [a for a in typing.get_args(hint) if a is not type(None)]
+  return typing.get_origin(inner) or inner
 
 
 def base_config() -> ConfigDict:

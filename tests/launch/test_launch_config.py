@@ -89,6 +89,14 @@ def test_engine_capacities_default_to_none_and_take_tuples():
   config_schema.validate(config)
 
 
+def test_a_none_default_takes_its_own_type_from_the_command_line():
+  """An `X | None` field's placeholder takes an X: eval.temperature a float, not a tuple."""
+  config, _, _ = _parse("--config=smoke.py")
+  assert config.eval.temperature is None
+  config, _, _ = _parse("--config=smoke.py", "--config.eval.temperature=0.5")
+  assert config_schema.validate(config).eval.temperature == 0.5
+
+
 def test_compilation_cache_directory_is_created_and_handed_to_jax(tmp_path, monkeypatch):
   import jax  # pylint: disable=import-outside-toplevel
   updates = []
