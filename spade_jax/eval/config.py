@@ -3,8 +3,8 @@
 Every `every` steps (0 = never) the composition root runs `suites` on the current weights
 (the training engine and sandbox pool), the first `limit` items of each with `samples`
 responses and at most `max_new_tokens` tokens a reply, sampled at `temperature` (None: each
-suite's own; a policy trained to act at a low temperature is measured as it acts); scalars go to TensorBoard as
-eval/<suite>/<metric> and the records to <workdir>/eval/step_<N>.jsonl.
+suite's own; a policy trained to act at a low temperature is measured as it acts); scalars
+go to TensorBoard as eval/<suite>/<metric> and the records to <workdir>/eval/step_<N>.jsonl.
 `hold_out_seed_games` keeps the held-out seed games (envs.library.HELDOUT_GAMES) out of the
 memory and the replays, so seed_games_heldout stays held out.
 """

@@ -62,7 +62,6 @@ class BuildSize:
   # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
   compute_dtype: str = "bfloat16"
   designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
-  minigame_families: tuple[str, ...] | None = None  # None: every family (envs/minigames.py)
 
 
 SIZES: dict[str, BuildSize] = {
@@ -158,10 +157,9 @@ class Build:
     counts = {}
     for kind, count in (("variants", self.size.env_count),
                         ("minigames", self.size.minigame_count)):
-      families = self.size.minigame_families if kind == "minigames" else None
       envs = variants.build_env_set(self.stages / ENV_FILES[kind], count=count, seed=self.seed,
                                     num_workers=self.experiment.sandbox.num_workers,
-                                    progress=self.progress, kind=kind, families=families)
+                                    progress=self.progress, kind=kind)
       counts[kind] = len(envs)
     return {"count": counts}
 

@@ -32,7 +32,7 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 from spade_jax.envs import minigames
 from spade_jax.envs.difficulty import at_level, declared_levels
@@ -136,15 +136,13 @@ def candidates(seed: int = 0) -> Iterator[VariantEnv]:
         yield env
 
 
-def minigame_candidates(seed: int = 0, families: Sequence[str] | None = None
-                        ) -> Iterator[VariantEnv]:
+def minigame_candidates(seed: int = 0) -> Iterator[VariantEnv]:
   """The minigame stream (envs/minigames.py) as set candidates, skipping repeated sources and
-  the loop's minigame library (so a design that copies its memory is not a training copy);
-  `families` (None: all) keeps those families only."""
+  the loop's minigame library (so a design that copies its memory is not a training copy)."""
   seen = {normalise_source(g.source) for g in minigames.library()}
   for game in minigames.stream(seed):
     key = normalise_source(game.source)
-    if key not in seen and (families is None or game.family in families):
+    if key not in seen:
       seen.add(key)
       yield VariantEnv(game.uid, game.family, game.category, game.source, game.hint)
 
@@ -178,10 +176,9 @@ def load_env_set(path: str | os.PathLike) -> list[VariantEnv]:
 
 def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 0,
                   num_workers: int = SandboxConfig.num_workers, progress: bool = True,
-                  stats: dict | None = None, kind: str = "variants",
-                  families: Sequence[str] | None = None) -> list[VariantEnv]:
+                  stats: dict | None = None, kind: str = "variants") -> list[VariantEnv]:
   """The first `count` valid candidates of the `kind` stream (`candidates` or
-  `minigame_candidates` of `families`), written to and resumed from `out_path`.
+  `minigame_candidates`), written to and resumed from `out_path`.
 
   stats, when given, is filled with {"validated", "reused", "rejected": {rule: n}}.
   """
@@ -189,11 +186,7 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
   envs, rejected, validated = [], collections.Counter(), 0
   if kind not in KINDS:
     raise ValueError(f"env set kind {kind!r}: expected one of {KINDS}")
-  if families is not None and (kind != "minigames"
-                               or not set(families) <= set(minigames.FAMILIES)):
-    raise ValueError(f"families {families!r}: only for kind 'minigames', of "
-                     f"{sorted(minigames.FAMILIES)}")
-  stream = candidates(seed) if kind == "variants" else minigame_candidates(seed, families)
+  stream = (candidates if kind == "variants" else minigame_candidates)(seed)
   start, pool = time.monotonic(), None
   try:
     while len(envs) < count:

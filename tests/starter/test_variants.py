@@ -118,15 +118,3 @@ def test_a_minigame_set_builds_and_reads_back_with_its_own_uids(tmp_path):
   path.write_text(env_set.encode_line(forged) + env_set.encode_line(games[0]))
   with pytest.raises(ValueError, match="line 1 .*neither a train-split variant nor a minigame"):
     variants.load_env_set(path)
-
-
-def test_a_minigame_set_of_one_family_holds_that_family_only(tmp_path):
-  games = variants.build_env_set(tmp_path / "quiz.jsonl", count=4, num_workers=1, progress=False,
-                                 kind="minigames", families=("quiz",))
-  assert len(games) == 4 and {g.base for g in games} == {"quiz"}
-  assert len({g.source for g in games}) == 4
-  with pytest.raises(ValueError, match="families .*only for kind 'minigames'"):
-    variants.build_env_set(tmp_path / "v.jsonl", count=1, progress=False, families=("quiz",))
-  with pytest.raises(ValueError, match="families"):
-    variants.build_env_set(tmp_path / "m.jsonl", count=1, progress=False, kind="minigames",
-                           families=("chess",))
