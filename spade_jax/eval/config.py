@@ -39,6 +39,7 @@ class EvalConfig:
       require(is_int(getattr(self, name)) and getattr(self, name) >= low, f"eval.{name}",
               getattr(self, name), f"an int >= {low}")
     require(self.temperature is None or (isinstance(self.temperature, int | float)
+                                         and not isinstance(self.temperature, bool)
                                          and self.temperature >= 0),
             "eval.temperature", self.temperature, "None or a number >= 0")
     require(isinstance(self.hold_out_seed_games, bool), "eval.hold_out_seed_games",

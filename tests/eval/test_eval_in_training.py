@@ -26,6 +26,8 @@ def test_settings_defaults_off_and_checked():
     EvalConfig(limit=0)
   with pytest.raises(ValueError, match="config.eval.temperature"):
     EvalConfig(temperature=-0.5)
+  with pytest.raises(ValueError, match="config.eval.temperature"):
+    EvalConfig(temperature=True)
 
 
 @pytest.mark.parametrize("temperature, expected", [(None, 1.0), (0.25, 0.25)])
