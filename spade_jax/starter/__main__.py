@@ -3,6 +3,7 @@
   build --out DIR [--size starter|ci] [--minutes N] [--config starter] [--quiet]
   check DIR [--passages FILE.jsonl] [--designs 64] [--config starter]
 
+`build` runs itself again once with transparent huge pages asked for (huge_pages.py).
 Both print one JSON object on the last stdout line; `check` exits 1 when a gate fails. A
 missing directory, tokenizer or checkpoint, or a bad config, is one `error:` line (exit 2).
 """
@@ -13,6 +14,7 @@ import argparse
 import json
 import sys
 
+from spade_jax import huge_pages
 from spade_jax.config_schema import ConfigError
 from spade_jax.model.hf_config import CheckpointError
 from spade_jax.starter import build, check
@@ -58,4 +60,6 @@ def _run(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
+  if sys.argv[1:2] == ["build"]:
+    huge_pages.restart_with_huge_pages()  # before jax allocates anything; see huge_pages.py
   sys.exit(main())
