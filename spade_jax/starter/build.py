@@ -3,7 +3,9 @@
 Each stage leaves its result under <out>/stages/ and a `<stage>.done.json` marker; running the
 command again skips finished stages, and a training stage killed part-way continues from its
 last checkpoint (train_stage.py). Every random choice is seeded and every file list sorted,
-so the same installation and command give the same model. The result is <out> itself:
+so the same installation and command give the same model. Each stage's marker (and build.json)
+carries the sha256 of what it read and wrote, so two builds can be compared stage by stage:
+the first fingerprint that differs says where they part. The result is <out> itself:
 config.json + model.safetensors (save_pretrained) beside tokenizer.json and
 tokenizer_config.json (with the chat template), which `spade_jax.model.from_pretrained`,
 `python -m spade_jax.eval run --checkpoint <out>` and transformers open.
@@ -12,6 +14,7 @@ tokenizer_config.json (with the chat template), which `spade_jax.model.from_pret
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib.util
 import json
 import os
@@ -148,7 +151,8 @@ class Build:
     tokenizer_train.save(tok, tmp)
     shutil.rmtree(final, ignore_errors=True)  # left by a run killed before its marker
     os.replace(tmp, final)
-    return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs))}
+    return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs)),
+            "sha256": _sha256_files(final.glob("*"))}
 
   def tokenizer(self):
     return load_tokenizer(self.stages / "tokenizer")
@@ -161,7 +165,8 @@ class Build:
                                     num_workers=self.experiment.sandbox.num_workers,
                                     progress=self.progress, kind=kind)
       counts[kind] = len(envs)
-    return {"count": counts}
+    return {"count": counts,
+            "sha256": _sha256_files(self.stages / name for name in ENV_FILES.values())}
 
   def _pretrain(self) -> dict[str, Any]:
     tok = self.tokenizer()
@@ -179,7 +184,9 @@ class Build:
                    progress=self.progress, deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "pretrain_model")
+      result["model_sha256"] = _sha256_files((self.stages / "pretrain_model").glob("*"))
     return {**result, "windows": int(plan.windows.shape[0]),
+            "data_sha256": hashlib.sha256(np.ascontiguousarray(plan.windows).tobytes()).hexdigest(),
             "tokens_per_step": plan.tokens_per_step()}
 
   def _sft(self) -> dict[str, Any]:
@@ -199,7 +206,9 @@ class Build:
                    deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "sft_model")
-    return {**result, "examples": roles, "kept": len(plan.tokens), "batches": len(plan.batches)}
+      result["model_sha256"] = _sha256_files((self.stages / "sft_model").glob("*"))
+    return {**result, "data_sha256": _sha256_files([self.stages / "sft_examples.jsonl"]),
+            "examples": roles, "kept": len(plan.tokens), "batches": len(plan.batches)}
 
   def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
     """Designer and agent examples (cached in sft_examples.jsonl: playing them takes time)."""
@@ -235,7 +244,8 @@ class Build:
     files = save_pretrained(model, self.out)
     for name in ("tokenizer.json", "tokenizer_config.json"):
       shutil.copyfile(self.stages / "tokenizer" / name, self.out / name)
-    return {"files": files}
+    written = [p for p in self.out.iterdir() if p.is_file() and p.name != "build.json"]
+    return {"files": files, "sha256": _sha256_files(written)}
 
   def _mesh(self):
     return make_mesh(self.experiment.mesh_shape)
@@ -245,6 +255,14 @@ def _save_npz(path: pathlib.Path, **arrays: np.ndarray) -> None:
   tmp = path.with_name(path.name + ".tmp.npz")
   np.savez(tmp, **arrays)
   os.replace(tmp, path)
+
+
+def _sha256_files(paths) -> str:
+  """One sha256 over the names and bytes of `paths` (files, in sorted order)."""
+  digest = hashlib.sha256()
+  for path in sorted(pathlib.Path(p) for p in paths):
+    digest.update(path.name.encode() + b"\0" + path.read_bytes())
+  return digest.hexdigest()
 
 
 def _write_json(path: pathlib.Path, data: dict[str, Any]) -> None:

@@ -2,6 +2,7 @@
 (it resumes from the checkpoint, replaying the same data), and the result loads in
 spade_jax and in transformers with matching logits."""
 
+import hashlib
 import json
 import os
 import pathlib
@@ -88,6 +89,7 @@ def test_build_resumes_after_sigkill_and_loads_in_transformers(ci_build):
   # Fine-tuning taught its examples: their target loss fell from the pretrained model's.
   assert _target_loss(out, examples) < _target_loss(out / "stages" / "pretrain_model", examples)
   assert summary["sft"]["examples"]["designer"] > 0 and summary["sft"]["examples"]["agent"] > 0
+  _assert_fingerprints_match_the_files(out, summary)
 
   tok = load_tokenizer(out)
   messages = [{"role": "user", "content": "Write a game about primes."}]
@@ -100,6 +102,27 @@ def test_build_resumes_after_sigkill_and_loads_in_transformers(ci_build):
   hf_tok = transformers.AutoTokenizer.from_pretrained(out)
   assert hf_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == (
       tok.apply_chat_template(messages))
+
+
+def _assert_fingerprints_match_the_files(out, summary):
+  """Each stage's sha256 in build.json is that of the files it left (resumed stages too)."""
+  def sha(*paths):
+    digest = hashlib.sha256()
+    for path in sorted(paths):
+      digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+  stages = out / "stages"
+  windows = np.load(stages / "pretrain_tokens.npz")["windows"]
+  assert summary["tokenizer"]["sha256"] == sha(*(stages / "tokenizer").glob("*"))
+  assert summary["envs"]["sha256"] == sha(stages / "envs.jsonl", stages / "minigames.jsonl")
+  assert summary["pretrain"]["data_sha256"] == hashlib.sha256(windows.tobytes()).hexdigest()
+  assert summary["pretrain"]["model_sha256"] == sha(*(stages / "pretrain_model").glob("*"))
+  assert summary["sft"]["data_sha256"] == sha(stages / "sft_examples.jsonl")
+  assert summary["sft"]["model_sha256"] == sha(*(stages / "sft_model").glob("*"))
+  exported = [p for p in out.iterdir() if p.is_file() and p.name != "build.json"]
+  assert {p.name for p in exported} >= {"config.json", "tokenizer.json", "model.safetensors"}
+  assert summary["export"]["sha256"] == sha(*exported)
 
 
 @pytest.fixture(scope="module")
