@@ -5,7 +5,8 @@
 
 `build` runs itself again once with transparent huge pages asked for (huge_pages.py).
 Both print one JSON object on the last stdout line; `check` exits 1 when a gate fails. A
-missing directory, tokenizer or checkpoint, or a bad config, is one `error:` line (exit 2).
+missing directory, tokenizer or checkpoint, a bad config, or a finished stage whose files
+changed since (`build`), is one `error:` line (exit 2).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ def main(argv=None) -> int:
   args = parser.parse_args(argv)
   try:
     return _run(args)
-  except (FileNotFoundError, CheckpointError, ConfigError) as err:
+  except (FileNotFoundError, CheckpointError, ConfigError, build.DamagedStage) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
 

@@ -4,8 +4,10 @@ Each stage leaves its result under <out>/stages/ and a `<stage>.done.json` marke
 command again skips finished stages, and a training stage killed part-way continues from its
 last checkpoint (train_stage.py). Every random choice is seeded and every file list sorted,
 so the same installation and command give the same model. Each stage's marker (and build.json)
-carries the sha256 of what it read and wrote, so two builds can be compared stage by stage:
-the first fingerprint that differs says where they part. The result is <out> itself:
+carries the sha256 of the files it left, so two builds can be compared stage by stage (the
+first fingerprint that differs says where they part), and a run that skips a finished stage
+first checks its files against them: a changed or damaged file stops the build with one line
+instead of being trained on. The result is <out> itself:
 config.json + model.safetensors (save_pretrained) beside tokenizer.json and
 tokenizer_config.json (with the chat template), which `spade_jax.model.from_pretrained`,
 `python -m spade_jax.eval run --checkpoint <out>` and transformers open.
@@ -38,6 +40,10 @@ from spade_jax.tokenizer import load_tokenizer
 from spade_jax.tokenizer.base import ENDOFTEXT
 
 STAGES = ("tokenizer", "envs", "pretrain", "sft", "export")
+
+
+class DamagedStage(Exception):
+  """A finished stage's files no longer match the fingerprints in its marker."""
 # The fine-tuning set: seed-game variants (agent episodes) and minigames (design targets, the
 # starter loop's library family, and agent episodes).
 ENV_FILES = {"variants": "envs.jsonl", "minigames": "minigames.jsonl"}
@@ -121,7 +127,7 @@ class Build:
     for name in STAGES:
       marker = self.stages / f"{name}.done.json"
       if marker.is_file():
-        summary[name] = json.loads(marker.read_text())
+        summary[name] = self._verified(name, marker)
         self._say(f"stage {name}: done before, skipped")
         continue
       began = time.time()
@@ -129,6 +135,7 @@ class Build:
       result = getattr(self, f"_{name}")()
       result["wall_s"] = round(time.time() - began, 1)
       if not result.get("stopped_early"):
+        result.update(self._fingerprints(name))
         _write_json(marker, result)
       summary[name] = result
       if result.get("stopped_early"):
@@ -136,6 +143,33 @@ class Build:
         break
     _write_json(self.out / "build.json", summary)
     return summary
+
+  def _fingerprints(self, name: str) -> dict[str, str]:
+    """sha256 of the files a finished stage left; the pretraining windows as an array (the
+    .npz holds write times)."""
+    s = self.stages
+    files = {"tokenizer": {"sha256": (s / "tokenizer").glob("*")},
+             "envs": {"sha256": [s / f for f in ENV_FILES.values()]},
+             "pretrain": {"model_sha256": (s / "pretrain_model").glob("*")},
+             "sft": {"data_sha256": [s / "sft_examples.jsonl"],
+                     "model_sha256": (s / "sft_model").glob("*")},
+             "export": {"sha256": (p for p in self.out.iterdir()
+                                   if p.is_file() and p.name != "build.json")}}[name]
+    out = {key: _sha256_files(paths) for key, paths in files.items()}
+    if name == "pretrain":
+      windows = np.load(s / "pretrain_tokens.npz")["windows"]
+      out["data_sha256"] = hashlib.sha256(np.ascontiguousarray(windows).tobytes()).hexdigest()
+    return out
+
+  def _verified(self, name: str, marker: pathlib.Path) -> dict[str, Any]:
+    """A finished stage's marker, once its files match the fingerprints it recorded."""
+    recorded = json.loads(marker.read_text())
+    changed = sorted(key for key, digest in self._fingerprints(name).items()
+                     if recorded.get(key, digest) != digest)  # older markers have none
+    if changed:
+      raise DamagedStage(f"{marker}: the files of stage {name} changed since it finished "
+                         f"({', '.join(changed)} differ); delete the marker to redo the stage")
+    return recorded
 
   def _say(self, text: str) -> None:
     if self.progress:
@@ -151,8 +185,7 @@ class Build:
     tokenizer_train.save(tok, tmp)
     shutil.rmtree(final, ignore_errors=True)  # left by a run killed before its marker
     os.replace(tmp, final)
-    return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs)),
-            "sha256": _sha256_files(final.glob("*"))}
+    return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs))}
 
   def tokenizer(self):
     return load_tokenizer(self.stages / "tokenizer")
@@ -165,8 +198,7 @@ class Build:
                                     num_workers=self.experiment.sandbox.num_workers,
                                     progress=self.progress, kind=kind)
       counts[kind] = len(envs)
-    return {"count": counts,
-            "sha256": _sha256_files(self.stages / name for name in ENV_FILES.values())}
+    return {"count": counts}
 
   def _pretrain(self) -> dict[str, Any]:
     tok = self.tokenizer()
@@ -184,9 +216,7 @@ class Build:
                    progress=self.progress, deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "pretrain_model")
-      result["model_sha256"] = _sha256_files((self.stages / "pretrain_model").glob("*"))
     return {**result, "windows": int(plan.windows.shape[0]),
-            "data_sha256": hashlib.sha256(np.ascontiguousarray(plan.windows).tobytes()).hexdigest(),
             "tokens_per_step": plan.tokens_per_step()}
 
   def _sft(self) -> dict[str, Any]:
@@ -206,9 +236,7 @@ class Build:
                    deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "sft_model")
-      result["model_sha256"] = _sha256_files((self.stages / "sft_model").glob("*"))
-    return {**result, "data_sha256": _sha256_files([self.stages / "sft_examples.jsonl"]),
-            "examples": roles, "kept": len(plan.tokens), "batches": len(plan.batches)}
+    return {**result, "examples": roles, "kept": len(plan.tokens), "batches": len(plan.batches)}
 
   def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
     """Designer and agent examples (cached in sft_examples.jsonl: playing them takes time)."""
@@ -244,8 +272,7 @@ class Build:
     files = save_pretrained(model, self.out)
     for name in ("tokenizer.json", "tokenizer_config.json"):
       shutil.copyfile(self.stages / "tokenizer" / name, self.out / name)
-    written = [p for p in self.out.iterdir() if p.is_file() and p.name != "build.json"]
-    return {"files": files, "sha256": _sha256_files(written)}
+    return {"files": files}
 
   def _mesh(self):
     return make_mesh(self.experiment.mesh_shape)

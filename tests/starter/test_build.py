@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,6 +124,23 @@ def _assert_fingerprints_match_the_files(out, summary):
   exported = [p for p in out.iterdir() if p.is_file() and p.name != "build.json"]
   assert {p.name for p in exported} >= {"config.json", "tokenizer.json", "model.safetensors"}
   assert summary["export"]["sha256"] == sha(*exported)
+
+
+def test_a_finished_stage_whose_files_changed_stops_the_build_with_one_line(ci_build,
+                                                                            tmp_path):
+  """A damaged fine-tuning set under a finished stage is refused, not trained on again."""
+  out, env, _, _ = ci_build
+  copy = tmp_path / "starter"
+  shutil.copytree(out, copy)
+  with (copy / "stages" / "sft_examples.jsonl").open("a") as f:
+    f.write('{"tokens": [1, 2], "loss_mask": [0, 1], "role": "agent"}\n')
+  done = subprocess.run([sys.executable, "-m", "spade_jax.starter", "build", "--out", str(copy),
+                         "--size", "ci", "--quiet"], env=env, capture_output=True, text=True,
+                        timeout=300)
+  assert done.returncode == 2
+  assert done.stderr.splitlines() == [
+      f"error: {copy / 'stages' / 'sft.done.json'}: the files of stage sft changed since it "
+      "finished (data_sha256 differ); delete the marker to redo the stage"]
 
 
 @pytest.fixture(scope="module")
