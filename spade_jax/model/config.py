@@ -172,8 +172,8 @@ PRESETS: dict[str, ModelConfig] = {
                            num_kv_heads=2, head_dim=64, intermediate_size=768,
                            tie_word_embeddings=True, max_position_embeddings=8192),
     # The starter pipeline's CI shape (`python -m spade_jax.starter build --size ci`).
-    "starter-ci": ModelConfig(vocab_size=4096, hidden_size=64, num_layers=2, num_heads=4,
-                              num_kv_heads=2, head_dim=16, intermediate_size=128,
+    "starter-ci": ModelConfig(vocab_size=4096, hidden_size=128, num_layers=4, num_heads=4,
+                              num_kv_heads=2, head_dim=32, intermediate_size=256,
                               tie_word_embeddings=True, max_position_embeddings=8192),
     # CPU benchmark shape (~42M parameters).
     "bench-40m": ModelConfig(vocab_size=32_000, hidden_size=512, num_layers=8, num_heads=8,

@@ -71,6 +71,7 @@ class BuildSize:
   # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
   compute_dtype: str = "bfloat16"
   designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
+  variant_resets: int = 1  # reset seeds a seed-game variant's oracle episodes are played at
 
 
 SIZES: dict[str, BuildSize] = {
@@ -79,15 +80,14 @@ SIZES: dict[str, BuildSize] = {
         pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
                                                 warmup_steps=20, save_every=20),
         env_count=320, minigame_count=360, sft_tokens_per_step=16_384, sft_epochs=3,
-        sft_learning_rate=2e-3, sft_bucket_step=512, designer_per_env=4),
+        sft_learning_rate=2e-3, sft_bucket_step=512, designer_per_env=4, variant_resets=2),
     "ci": BuildSize(
         preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,
                                                 warmup_steps=2, save_every=10),
-        env_count=4, minigame_count=48, sft_tokens_per_step=8192, sft_epochs=1,
-        sft_learning_rate=3e-3,
-        sft_min_bucket=512, sft_bucket_step=2048, sft_max_length=2048,  # three shapes
-        compute_dtype="float32"),
+        env_count=1, minigame_count=32, sft_tokens_per_step=2560, sft_epochs=6,
+        sft_learning_rate=3e-3, sft_min_bucket=256, sft_bucket_step=256, sft_max_length=1536,
+        compute_dtype="float32", designer_per_env=3),
 }
 
 
@@ -196,7 +196,8 @@ class Build:
                         ("minigames", self.size.minigame_count)):
       envs = variants.build_env_set(self.stages / ENV_FILES[kind], count=count, seed=self.seed,
                                     num_workers=self.experiment.sandbox.num_workers,
-                                    progress=self.progress, kind=kind)
+                                    progress=self.progress, kind=kind,
+                                    categories=self.settings.skills)
       counts[kind] = len(envs)
     return {"count": counts}
 
@@ -250,8 +251,9 @@ class Build:
         rows = (sft_data.designer_examples(games, tok, self.settings, seed=self.seed,
                                            per_env=self.size.designer_per_env,
                                            max_chars=self.experiment.corpus.max_chars)
-                + sft_data.agent_examples(seed_variants + games, tok, self.settings, pool,
-                                          seed=self.seed))
+                + sft_data.agent_examples(seed_variants, tok, self.settings, pool,
+                                          seed=self.seed, resets=self.size.variant_resets)
+                + sft_data.agent_examples(games, tok, self.settings, pool, seed=self.seed))
       finally:
         pool.close()
       tmp = cache.with_suffix(".tmp")

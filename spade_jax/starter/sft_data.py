@@ -10,8 +10,9 @@ Agent: each environment is reset in the sandbox pool, its `oracle_actions()` rea
 (`SandboxPool.oracle_actions`), and the actions played as scripted replies in the action
 format through the loop's episode runner (`episodes.play_episodes`, with a `FakeEngine` in
 place of the model): prompts, observation turns and the loss mask (1 on replies only) are
-the loop's, for both arms. A share of imperfect episodes (one action corrupted, or the last
-one left out) comes with them; every return is the sandbox's.
+the loop's, for both arms. A share of imperfect episodes (a wrong action played before the
+right one or in its place, or the last one left out) comes with them; every return is the
+sandbox's.
 """
 
 from __future__ import annotations
@@ -170,20 +171,24 @@ def oracle_plans(pool, episodes: Sequence[tuple[Hashable, str, int]]) -> dict[Ha
 
 
 def corrupt(actions: list[str], attempt: int, rng) -> list[str]:
-  """An imperfect plan: one action with a digit changed (or cut short), or the last dropped."""
+  """An imperfect plan: a wrong action (one of the plan's with a digit changed, or cut short)
+  played before that action, so that the episode goes on after the mistake (attempt 0), or in
+  its place (attempt 1); the last attempt drops the last action."""
   if attempt == IMPERFECT_TRIES - 1 and len(actions) > 1:
     return actions[:-1]
   at = int(rng.integers(len(actions)))
-  action = actions[at]
+  return actions[:at] + [_mistake(actions[at], rng)] + actions[at + (attempt > 0):]
+
+
+def _mistake(action: str, rng) -> str:
+  """The action with one digit changed, or its last word dropped (reversed when one word)."""
   digits = [i for i, ch in enumerate(action) if ch.isdigit()]
   if digits:
     i = digits[int(rng.integers(len(digits)))]
     new = str((int(action[i]) + 1 + int(rng.integers(8))) % 10)
-    action = action[:i] + new + action[i + 1:]
-  else:
-    words = action.split()
-    action = " ".join(words[:-1]) if len(words) > 1 else action[::-1] + "?"
-  return actions[:at] + [action] + actions[at + 1:]
+    return action[:i] + new + action[i + 1:]
+  words = action.split()
+  return " ".join(words[:-1]) if len(words) > 1 else action[::-1] + "?"
 
 
 def _play(pool, tokenizer, settings: SelfPlayConfig, specs: list[EpisodeSpec],
@@ -208,9 +213,10 @@ def _play(pool, tokenizer, settings: SelfPlayConfig, specs: list[EpisodeSpec],
 
 
 def _spec(env: VariantEnv, arm: str, kind: str, seed: int, n_actions: int,
-          settings: SelfPlayConfig) -> EpisodeSpec:
-  reset = derive_seed(seed, "starter-reset", kind, env.uid, arm)
-  return EpisodeSpec((kind, env.uid, arm), env.uid, arm, env.source,
+          settings: SelfPlayConfig, replay: int = 0) -> EpisodeSpec:
+  """replay r > 0: the same environment and arm at another reset seed."""
+  reset = derive_seed(seed, "starter-reset", kind, env.uid, arm, *([replay] if replay else []))
+  return EpisodeSpec((kind, env.uid, arm, replay), env.uid, arm, env.source,
                      env.hint if arm == "hint" else None, reset, 0,
                      max(1, min(settings.max_turns, n_actions)))
 
@@ -223,17 +229,20 @@ def _example(ep, env: VariantEnv, kind: str, actions: list) -> SFTExample:
 
 
 def agent_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayConfig, pool, *,
-                   seed: int = 0, imperfect_share: float = 0.25) -> list[SFTExample]:
-  """Oracle episodes of every environment in both arms, plus imperfect ones (module doc).
+                   seed: int = 0, imperfect_share: float = 0.25,
+                   resets: int = 1) -> list[SFTExample]:
+  """Oracle episodes of every environment in both arms at `resets` reset seeds, plus imperfect
+  ones (module doc).
 
-  imperfect_share: imperfect episodes per oracle episode; each is kept only once its
-  sandbox return is below the oracle episode's (up to IMPERFECT_TRIES corruptions).
+  imperfect_share: imperfect episodes per (environment, arm); each is kept only once its
+  sandbox return is below the oracle episodes' (up to IMPERFECT_TRIES corruptions).
   meta["return"] is the episode's return in the sandbox.
   """
   if settings.setting != "games":
     raise ValueError(f"agent examples are for the games setting, not {settings.setting!r}")
   by_uid = {e.uid: e for e in envs}
-  oracle_specs = [_spec(e, arm, "oracle", seed, 0, settings) for e in envs for arm in ARMS]
+  oracle_specs = [_spec(e, arm, "oracle", seed, 0, settings, r)
+                  for e in envs for arm in ARMS for r in range(resets)]
   plans = oracle_plans(pool, [(s.key, s.source, s.seed) for s in oracle_specs])
   oracle_specs = [dataclasses.replace(s, max_turns=max(1, min(settings.max_turns,
                                                               len(plans[s.key]))))
@@ -245,7 +254,8 @@ def agent_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayConf
     if ep.episode_return < ORACLE_MIN_RETURN:  # e.g. a plan longer than selfplay.max_turns
       short.append(ep.spec.env_uid)
       continue
-    best[ep.spec.env_uid, ep.spec.arm] = ep.episode_return
+    pair = (ep.spec.env_uid, ep.spec.arm)
+    best[pair] = min(best.get(pair, ep.episode_return), ep.episode_return)
     out.append(_example(ep, by_uid[ep.spec.env_uid], "oracle", plans[ep.spec.key]))
   if short:
     log.warning("left out %d oracle episodes that fell short of the full return within "

@@ -32,11 +32,11 @@ import random
 import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from spade_jax.envs import minigames
 from spade_jax.envs.difficulty import at_level, declared_levels
-from spade_jax.envs.library import HELDOUT_GAMES, SeedEnv, load_seed_library
+from spade_jax.envs.library import GAME_CATEGORIES, HELDOUT_GAMES, SeedEnv, load_seed_library
 from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.starter import variant_tables as tables
@@ -120,15 +120,17 @@ def train_seeds() -> list[SeedEnv]:
   return load_seed_library(kind="games", split="train")
 
 
-def candidates(seed: int = 0) -> Iterator[VariantEnv]:
+def candidates(seed: int = 0, categories: Sequence[str] | None = None) -> Iterator[VariantEnv]:
   """The deterministic candidate stream: index 0 of every seed game, then index 1, ...
 
   A candidate whose normalised source equals a seed's or an earlier candidate's is skipped.
+  categories, when given, keeps the seed games of those skill categories only.
   """
   seeds = train_seeds()
   seen = {normalise_source(s.source) for s in seeds}
+  kept = [s for s in seeds if categories is None or s.category in categories]
   for index in range(MAX_INDEX):
-    for seed_env in seeds:
+    for seed_env in kept:
       env = candidate(seed_env, index, seed)
       key = normalise_source(env.source)
       if key not in seen:
@@ -136,11 +138,15 @@ def candidates(seed: int = 0) -> Iterator[VariantEnv]:
         yield env
 
 
-def minigame_candidates(seed: int = 0) -> Iterator[VariantEnv]:
+def minigame_candidates(seed: int = 0, categories: Sequence[str] | None = None
+                        ) -> Iterator[VariantEnv]:
   """The minigame stream (envs/minigames.py) as set candidates, skipping repeated sources and
-  the loop's minigame library (so a design that copies its memory is not a training copy)."""
+  the loop's minigame library (so a design that copies its memory is not a training copy);
+  categories, when given, keeps the families of those skill categories only."""
   seen = {normalise_source(g.source) for g in minigames.library()}
   for game in minigames.stream(seed):
+    if categories is not None and game.category not in categories:
+      continue
     key = normalise_source(game.source)
     if key not in seen:
       seen.add(key)
@@ -176,9 +182,10 @@ def load_env_set(path: str | os.PathLike) -> list[VariantEnv]:
 
 def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 0,
                   num_workers: int = SandboxConfig.num_workers, progress: bool = True,
-                  stats: dict | None = None, kind: str = "variants") -> list[VariantEnv]:
+                  stats: dict | None = None, kind: str = "variants",
+                  categories: Sequence[str] | None = None) -> list[VariantEnv]:
   """The first `count` valid candidates of the `kind` stream (`candidates` or
-  `minigame_candidates`), written to and resumed from `out_path`.
+  `minigame_candidates`, of `categories` when given), written to and resumed from `out_path`.
 
   stats, when given, is filled with {"validated", "reused", "rejected": {rule: n}}.
   """
@@ -186,7 +193,10 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
   envs, rejected, validated = [], collections.Counter(), 0
   if kind not in KINDS:
     raise ValueError(f"env set kind {kind!r}: expected one of {KINDS}")
-  stream = (candidates if kind == "variants" else minigame_candidates)(seed)
+  unknown = sorted(set(categories or ()) - set(GAME_CATEGORIES))
+  if unknown:
+    raise ValueError(f"categories {unknown}: expected some of {GAME_CATEGORIES}")
+  stream = (candidates if kind == "variants" else minigame_candidates)(seed, categories)
   start, pool = time.monotonic(), None
   try:
     while len(envs) < count:
@@ -239,10 +249,14 @@ def main(argv: list[str] | None = None) -> int:
                       help="sandbox jails (config.sandbox.num_workers' default)")
   parser.add_argument("--kind", choices=KINDS, default="variants",
                       help="seed-game variants or minigames (envs/minigames.py)")
+  parser.add_argument("--categories", default=None,
+                      help="comma-separated skill categories to keep (all when left out)")
   args = parser.parse_args(argv)
+  categories = args.categories.split(",") if args.categories else None
   start, stats = time.monotonic(), {}
   envs = build_env_set(args.out, count=args.count, seed=args.seed,
-                       num_workers=args.num_workers, stats=stats, kind=args.kind)
+                       num_workers=args.num_workers, stats=stats, kind=args.kind,
+                       categories=categories)
   per_seed = collections.Counter(e.base for e in envs)
   print(json.dumps({"out": args.out, "count": len(envs), "wall_s": round(time.monotonic() - start,
                     2), "per_seed": dict(sorted(per_seed.items())), **stats}))

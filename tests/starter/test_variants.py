@@ -81,7 +81,8 @@ def test_the_real_validator_keeps_broken_variants_out(tmp_path, monkeypatch):
                                                       "map(str, self.code[::-1])"),
                                good[0].hint)]
   assert broken[1].source != good[0].source
-  monkeypatch.setattr(variants, "candidates", lambda seed: iter([good[0], *broken, *good[1:]]))
+  monkeypatch.setattr(variants, "candidates",
+                      lambda seed, categories: iter([good[0], *broken, *good[1:]]))
   stats = {}
   envs = variants.build_env_set(tmp_path / "s.jsonl", count=3, num_workers=1, progress=False,
                                 stats=stats)

@@ -1,0 +1,44 @@
+r"""The starter setting cut to one skill for CI: a starter built in minutes that writes valid
+designs, and two loop steps from it (tests/starter/test_build.py).
+
+    python -m spade_jax.starter build --out runs/starter_ci --size ci --config starter_ci
+    python launch/tpu_run.py --config configs/starter_ci.py --workdir runs/starter_ci_loop \
+        --config.model.checkpoint=runs/starter_ci --config.tokenizer=runs/starter_ci
+
+configs/starter.py with one skill, deduction: the build's environment sets keep that
+category (the `guess` minigames and the deduction seed games' variants), so a small model
+learns one family's edits in the build's few minutes, and the loop asks for that category
+and starts its memory from its two library minigames. A step is 8 designs (a refresh of
+k = 1), so that two or more valid ones share a discard group and get non-zero designer
+advantages; G = 2 episodes an arm, 3 turns of 16 tokens, no evaluation.
+"""
+
+import importlib.util
+import pathlib
+
+from ml_collections import ConfigDict
+
+_STARTER = importlib.util.spec_from_file_location(
+    "starter_config", pathlib.Path(__file__).with_name("starter.py"))
+starter = importlib.util.module_from_spec(_STARTER)
+_STARTER.loader.exec_module(starter)
+
+
+def get_config() -> ConfigDict:
+  c = starter.get_config()
+  c.model.preset = "starter-ci"  # the ci build's model (`--size ci`)
+  c.selfplay.skills = ("deduction",)
+  c.selfplay.categories_per_step = 1
+  c.selfplay.num_envs = 8  # designs a refresh
+  c.selfplay.k = 1
+  c.selfplay.designer_advantage = "two_level"
+  c.selfplay.group_size = 2
+  c.selfplay.max_turns = 3
+  c.corpus.max_chars = 240
+  c.sampling.agent = {"max_new_tokens": 16, "temperature": 0.3, "top_p": 1.0, "top_k": 0}
+  c.engine.num_slots = 16
+  c.eval.every = 0
+  c.train.num_steps = 2
+  c.train.checkpoint_every = 2
+  c.rl.total_steps = 2
+  return c
