@@ -6,11 +6,15 @@ designs, and two loop steps from it (tests/starter/test_build.py).
         --config.model.checkpoint=runs/starter_ci --config.tokenizer=runs/starter_ci
 
 configs/starter.py with one skill, deduction: the build's environment sets keep that
-category (the `guess` minigames and the deduction seed games' variants), so a small model
-learns one family's edits in the build's few minutes, and the loop asks for that category
-and starts its memory from its two library minigames. A step is 8 designs (a refresh of
-k = 1), so that two or more valid ones share a discard group and get non-zero designer
-advantages; G = 2 episodes an arm, 3 turns of 16 tokens, no evaluation.
+category (the `guess` minigames and a deduction seed game's variant), so a small model learns
+one family's edits in the build's few minutes, and the loop asks for that category and starts
+its memory from its two library minigames. Passages are cut to 240 characters, so that a
+fine-tuning example is about a thousand tokens. A step is 8 designs (a refresh of k = 1),
+G = 2 episodes an arm of 3 turns of 16 tokens, no evaluation. The designer advantage is
+`two_level`: a starter built in minutes scores near zero in both arms, so most valid designs
+have regret 0, and under `discard` a refresh whose valid designs all tie has no advantage at
+all; two_level adds the validity contrast (valid against invalid designs of the refresh), and
+regret differences among the valid ones still count in full.
 """
 
 import importlib.util

@@ -81,6 +81,9 @@ SIZES: dict[str, BuildSize] = {
                                                 warmup_steps=20, save_every=20),
         env_count=320, minigame_count=360, sft_tokens_per_step=16_384, sft_epochs=3,
         sft_learning_rate=2e-3, sft_bucket_step=512, designer_per_env=4, variant_resets=2),
+    # The CI test's starter, built with --config starter_ci (one skill: the `guess`
+    # minigames): a model that copies a minigame's edit token-perfect after a few hundred
+    # short fine-tuning steps, in minutes of 2 CPU cores (bench/RESULTS.md).
     "ci": BuildSize(
         preset="starter-ci", tokenizer_chars=600_000, pretrain_chars=300_000, window=256,
         pretrain_rows=4, pretrain=StageSettings(num_steps=40, learning_rate=3e-3,

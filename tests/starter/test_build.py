@@ -1,6 +1,7 @@
-"""`build --size ci` end to end in real subprocesses: SIGKILLed inside pretraining, run again
-(it resumes from the checkpoint, replaying the same data), and the result loads in
-spade_jax and in transformers with matching logits."""
+"""`build --size ci --config starter_ci` end to end in real subprocesses: SIGKILLed inside
+pretraining, run again (it resumes from the checkpoint, replaying the same data); the result
+loads in spade_jax and in transformers with matching logits, and two steps of the loop
+(configs/starter_ci.py) from it play, score and train on designs it wrote."""
 
 import hashlib
 import json
@@ -36,8 +37,7 @@ def _log(out):
 
 
 def _killed_in_pretraining(out, env):
-  cmd = [sys.executable, "-m", "spade_jax.starter", "build", "--out", str(out), "--size", "ci",
-         "--quiet"]
+  cmd = [*BUILD, "--out", str(out)]
   proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
   deadline = time.time() + 240
   while time.time() < deadline and proc.poll() is None:
@@ -67,7 +67,7 @@ def _target_loss(model_dir, examples):
 
 @pytest.fixture(scope="module")
 def ci_build(tmp_path_factory):
-  """`build --size ci`, SIGKILLed in pretraining and run again: (out, env, summary, losses)."""
+  """The ci build, SIGKILLed in pretraining and run again: (out, env, summary, losses)."""
   tmp = tmp_path_factory.mktemp("ci_build")
   out, env = tmp / "starter", _env(tmp)
   cmd, first_losses = _killed_in_pretraining(out, env)
@@ -134,8 +134,7 @@ def test_a_finished_stage_whose_files_changed_stops_the_build_with_one_line(ci_b
   shutil.copytree(out, copy)
   with (copy / "stages" / "sft_examples.jsonl").open("a") as f:
     f.write('{"tokens": [1, 2], "loss_mask": [0, 1], "role": "agent"}\n')
-  done = subprocess.run([sys.executable, "-m", "spade_jax.starter", "build", "--out", str(copy),
-                         "--size", "ci", "--quiet"], env=env, capture_output=True, text=True,
+  done = subprocess.run([*BUILD, "--out", str(copy)], env=env, capture_output=True, text=True,
                         timeout=300)
   assert done.returncode == 2
   assert done.stderr.splitlines() == [
@@ -145,12 +144,13 @@ def test_a_finished_stage_whose_files_changed_stops_the_build_with_one_line(ci_b
 
 @pytest.fixture(scope="module")
 def ci_loop(ci_build, tmp_path_factory):
-  """Two steps of configs/starter.py from the ci starter: (workdir, curriculum lines, scalars)."""
+  """Two steps of configs/starter_ci.py from the ci starter: (workdir, curriculum lines,
+  scalars)."""
   out, env, _, _ = ci_build
   workdir = tmp_path_factory.mktemp("ci_loop") / "run"
-  cmd = [sys.executable, str(REPO / "launch" / "tpu_run.py"), "--config", "starter.py",
+  cmd = [sys.executable, str(REPO / "launch" / "tpu_run.py"), "--config", "starter_ci.py",
          "--workdir", str(workdir), f"--config.model.checkpoint={out}",
-         f"--config.tokenizer={out}", *CI_LOOP]
+         f"--config.tokenizer={out}"]
   done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
   assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
   steps = [json.loads(x) for x in (workdir / "curriculum.jsonl").read_text().splitlines()]
@@ -158,42 +158,49 @@ def ci_loop(ci_build, tmp_path_factory):
 
 
 def test_two_loop_steps_from_the_ci_starter_play_its_minigame_memory(ci_loop):
-  """The starter config end to end from the built starter: every step asks for designs, and
-  a refresh short of valid ones is filled from the minigame memory, whose games the agent plays
-  in both arms in the sandbox and trains on."""
+  """The config end to end from the built starter: every step asks for designs, and a refresh
+  short of valid ones is filled from the minigame memory, whose games the agent plays in both
+  arms in the sandbox and trains on."""
   _, steps, scalars = ci_loop
   assert [s["step"] for s in steps] == [1, 2]
   for step in steps:
     assert step["envs"] and all(len(e["returns"]["no_hint"]) == 2 for e in step["envs"])
-    assert all(uid.startswith("mg1/") or uid.startswith("d") for uid in step["memory"])
+    assert all(uid.startswith("mg1/guess/") or uid.startswith("d") for uid in step["memory"])
   assert scalars["curriculum/designed_envs"] + scalars["curriculum/replayed_envs"]
   assert min(scalars["train/agent/num_rows"]) >= 1
 
 
-@pytest.mark.xfail(strict=True, reason="the ci starter writes no valid design yet: a model that "
-                   "size learns minigames in about an hour of CPU, not in the suite's minutes "
-                   "(bench/RESULTS.md, the starter's design experiments)")
+def _regret(env):
+  """Hint regret from an environment's recorded returns: mean with hint - mean without."""
+  hint, no_hint = env["returns"]["hint"], env["returns"]["no_hint"]
+  return sum(hint) / len(hint) - sum(no_hint) / len(no_hint)
+
+
 def test_the_ci_starter_writes_valid_designs_that_train_the_designer(ci_loop):
-  """Designs the starter writes pass the validator, are played in both arms, come due with
-  non-zero advantages and enter the memory. Fails while the starter writes nothing valid."""
+  """Designs the starter writes pass the validator, are played in both arms, give the regret
+  the step reports, come due one refresh later with non-zero advantages and enter the memory.
+  Fails while the starter writes nothing valid."""
   _, steps, scalars = ci_loop
   designed = [e for e in steps[0]["envs"] if e["origin"] == "designed"]
   assert designed, "the ci starter wrote no valid design"
-  for e in designed:  # real returns of both arms, from the sandbox
+  for e in designed:  # real returns of both arms, G = 2 each, from the sandbox
     assert len(e["returns"]["hint"]) == len(e["returns"]["no_hint"]) == 2
-  assert {e["uid"] for e in designed} <= set(steps[-1]["memory"])
+  regrets = [_regret(e) for e in steps[0]["envs"]]
+  assert scalars["curriculum/regret_mean"][0] == pytest.approx(sum(regrets) / len(regrets))
   assert max(scalars["curriculum/valid_rate"]) > 0
-  assert scalars["train/designer/num_rows"][-1] >= 1  # the k=1 refresh came due at step 2
+  # Step 2 trains the designs of step 1 (k = 1) and, being the last step, its own: the valid
+  # ones' reward is their regret.
+  valid = [e for step in steps for e in step["envs"] if e["origin"] == "designed"]
+  assert scalars["designer/regret_valid_mean"][-1] == pytest.approx(
+      sum(map(_regret, valid)) / len(valid))
+  assert scalars["train/designer/num_rows"][-1] >= len(valid)
   assert scalars["train/designer/advantage_absmax"][-1] > 0
+  assert {e["uid"] for e in designed} <= set(steps[-1]["memory"])  # model-written entries
 
 
-# The starter config shrunk to two 1-step windows: 2 environments (one a category), G = 2.
-CI_LOOP = ["--config.train.num_steps=2", "--config.selfplay.num_envs=2",
-           "--config.selfplay.categories_per_step=2", "--config.selfplay.k=1",
-           "--config.selfplay.group_size=2", "--config.selfplay.max_turns=3",
-           "--config.sampling.agent.max_new_tokens=16", "--config.engine.num_slots=8",
-           "--config.eval.every=0", "--config.train.checkpoint_every=2",
-           "--config.rl.total_steps=2"]
+# The ci starter: `--size ci` with the prompts (and skill) of configs/starter_ci.py.
+BUILD = [sys.executable, "-m", "spade_jax.starter", "build", "--size", "ci", "--config",
+         "starter_ci", "--quiet"]
 
 
 def _tb_scalars(logdir):

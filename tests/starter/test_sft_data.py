@@ -1,5 +1,6 @@
 """Starter SFT examples: exactly the loop's prompts and targets, returns from the real sandbox."""
 
+import collections
 import dataclasses
 import itertools
 
@@ -149,6 +150,16 @@ def test_agent_examples_play_the_oracle_in_the_sandbox_in_the_loop_format(tokeni
     assert ("Privileged hint" in tokenizer.decode(head)) == (hint is not None)
 
 
+def test_oracle_episodes_at_more_reset_seeds_differ_in_their_reset(tokenizer, envs, pool):
+  examples = sft_data.agent_examples(envs[:2], tokenizer, SETTINGS, pool, imperfect_share=0.0,
+                                     resets=2)
+  seeds = collections.defaultdict(set)
+  for ex in examples:
+    seeds[ex.meta["uid"], ex.meta["arm"]].add(ex.meta["reset_seed"])
+  assert sorted(seeds) == sorted((e.uid, arm) for e in envs[:2] for arm in ("no_hint", "hint"))
+  assert all(len(s) == 2 for s in seeds.values()) and len(examples) == 8
+
+
 def test_oracle_actions_come_from_live_sandbox_episodes(pool, envs):
   broken = envs[0].source.replace('return ["guess "', 'return 1 / 0 + ["guess "')
   pool.reset([("a", envs[0].source, 3), ("b", broken, 3)])
@@ -165,6 +176,13 @@ def test_corrupted_plans_differ_from_the_oracle():
   plans = [["answer 12 7"], ["roll east", "roll north"], ["accuse Plum rope hall"]]
   for plan, attempt in itertools.product(plans, range(sft_data.IMPERFECT_TRIES)):
     assert sft_data.corrupt(plan, attempt, rng) != plan
+  plan = ["roll east", "roll north", "answer 12 7"]
+  for _ in range(20):
+    recovered, replaced = (sft_data.corrupt(plan, a, rng) for a in (0, 1))
+    wrong = [i for i, a in enumerate(recovered) if a not in plan]  # a mistake, then the plan
+    assert len(wrong) == 1 and recovered[:wrong[0]] + recovered[wrong[0] + 1:] == plan
+    assert sum(a != b for a, b in zip(replaced, plan, strict=True)) == 1
+  assert sft_data.corrupt(plan, sft_data.IMPERFECT_TRIES - 1, rng) == plan[:-1]
   assert replies.extract_action(replies.format_action("<action>{}</action>", "x {y}"),
                                 "<action>{}</action>") == "x {y}"
 

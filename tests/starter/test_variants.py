@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from spade_jax.envs.library import HELDOUT_GAMES, load_seed_library
+from spade_jax.envs.library import GAME_CATEGORIES, HELDOUT_GAMES, load_seed_library
 from spade_jax.starter import env_set, variant_tables, variants
 
 
@@ -119,3 +119,21 @@ def test_a_minigame_set_builds_and_reads_back_with_its_own_uids(tmp_path):
   path.write_text(env_set.encode_line(forged) + env_set.encode_line(games[0]))
   with pytest.raises(ValueError, match="line 1 .*neither a train-split variant nor a minigame"):
     variants.load_env_set(path)
+
+
+def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path):
+  """`categories` (the build passes config.selfplay.skills) keeps those skills' games in the
+  stream's own order; all six categories leave the stream as it is."""
+  deduction = variants.build_env_set(tmp_path / "d.jsonl", count=4, num_workers=1,
+                                     progress=False, kind="minigames", categories=["deduction"])
+  everything = list(itertools.islice(variants.minigame_candidates(0), 24))
+  assert deduction == [g for g in everything if g.category == "deduction"][:4]
+  assert all(g.base == "guess" for g in deduction)
+  seeds = list(itertools.islice(variants.candidates(0, ["planning", "spatial"]), 12))
+  assert {e.category for e in seeds} == {"planning", "spatial"}
+  assert seeds == [e for e in itertools.islice(variants.candidates(0), 60)
+                   if e.category in ("planning", "spatial")][:12]
+  assert list(itertools.islice(variants.candidates(0, GAME_CATEGORIES), 30)) == list(
+      itertools.islice(variants.candidates(0), 30))
+  with pytest.raises(ValueError, match=r"categories \['dedcution'\]: expected some of"):
+    variants.build_env_set(tmp_path / "x.jsonl", count=1, categories=["dedcution"])
