@@ -40,13 +40,13 @@ from spade_jax.tokenizer import load_tokenizer
 from spade_jax.tokenizer.base import ENDOFTEXT
 
 STAGES = ("tokenizer", "envs", "pretrain", "sft", "export")
+# The fine-tuning set: seed-game variants (agent episodes) and minigames (design targets, the
+# starter loop's library family, and agent episodes).
+ENV_FILES = {"variants": "envs.jsonl", "minigames": "minigames.jsonl"}
 
 
 class DamagedStage(Exception):
   """A finished stage's files no longer match the fingerprints in its marker."""
-# The fine-tuning set: seed-game variants (agent episodes) and minigames (design targets, the
-# starter loop's library family, and agent episodes).
-ENV_FILES = {"variants": "envs.jsonl", "minigames": "minigames.jsonl"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -254,9 +254,13 @@ def main(argv: list[str] | None = None) -> int:
   args = parser.parse_args(argv)
   categories = args.categories.split(",") if args.categories else None
   start, stats = time.monotonic(), {}
-  envs = build_env_set(args.out, count=args.count, seed=args.seed,
-                       num_workers=args.num_workers, stats=stats, kind=args.kind,
-                       categories=categories)
+  try:
+    envs = build_env_set(args.out, count=args.count, seed=args.seed,
+                         num_workers=args.num_workers, stats=stats, kind=args.kind,
+                         categories=categories)
+  except ValueError as err:  # an unknown category, or a set file of another build
+    print(f"error: {err}", file=sys.stderr)
+    return 2
   per_seed = collections.Counter(e.base for e in envs)
   print(json.dumps({"out": args.out, "count": len(envs), "wall_s": round(time.monotonic() - start,
                     2), "per_seed": dict(sorted(per_seed.items())), **stats}))

@@ -121,7 +121,7 @@ def test_a_minigame_set_builds_and_reads_back_with_its_own_uids(tmp_path):
     variants.load_env_set(path)
 
 
-def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path):
+def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path, capsys):
   """`categories` (the build passes config.selfplay.skills) keeps those skills' games in the
   stream's own order; all six categories leave the stream as it is."""
   deduction = variants.build_env_set(tmp_path / "d.jsonl", count=4, num_workers=1,
@@ -137,3 +137,6 @@ def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path):
       itertools.islice(variants.candidates(0), 30))
   with pytest.raises(ValueError, match=r"categories \['dedcution'\]: expected some of"):
     variants.build_env_set(tmp_path / "x.jsonl", count=1, categories=["dedcution"])
+  assert variants.main(["--out", str(tmp_path / "y.jsonl"), "--categories", "dedcution"]) == 2
+  err = capsys.readouterr().err.splitlines()  # one line, no traceback
+  assert len(err) == 1 and err[0].startswith("error: categories ['dedcution']: expected some of")
