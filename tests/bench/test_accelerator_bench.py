@@ -115,14 +115,27 @@ def _small_rollout_workload(vocab, seed):
   return [cut(e, [3, 2, 2]) for e in episodes[:2]], [cut(designer[0], [6])]
 
 
+def test_decode_pass_times_prefill_and_every_decode_step_apart(monkeypatch):
+  """One pass decodes NEW_TOKENS - 1 tokens a row after the prefill's first, each phase on its
+  own positive timer (no difference of timings that noise can make negative)."""
+  monkeypatch.setattr(bench, "PROMPT_LEN", 16)
+  monkeypatch.setattr(bench, "NEW_TOKENS", 5)
+  model = Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0))
+  engine = bench.SlotEngine(model, num_slots=2, max_cache_len=21, prefill_buckets=(16,),
+                            decode_steps=4)
+  prompts = [list(range(1, 17)), list(range(20, 36))]
+  for _ in range(2):  # the first pass compiles, the second runs compiled
+    prefill_s, decode_s, tokens = bench._decode_pass(engine, prompts)
+    assert prefill_s > 0 and decode_s > 0
+    assert tokens == 2 * 4
+
+
 def test_every_part_runs_on_the_emulated_gpu_path(monkeypatch, capsys):
   """The whole script as on a GPU (the platform reported as "gpu": bf16 cuDNN attention
   emulated, the Pallas decode kernel in interpret mode, remat "auto" = full) at small sizes:
   every part finishes and reports every figure, finite and positive."""
   monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
-  # 12 new tokens: the decode rate is the difference of two timings (full - prefill), and with
-  # 3 decode steps a loaded machine's noise made it negative once.
-  for name, value in dict(PROMPT_LEN=16, NEW_TOKENS=12, DECODE_BATCHES=(2,), GRPO_BATCH=4,
+  for name, value in dict(PROMPT_LEN=16, NEW_TOKENS=4, DECODE_BATCHES=(2,), GRPO_BATCH=4,
                           GRPO_SEQ=64, GRPO_PROMPT=16, GRPO_MICRO=2).items():
     monkeypatch.setattr(bench, name, value)
   monkeypatch.setattr(bench, "copy_bandwidth", functools.partial(bench.copy_bandwidth, 2**22))
