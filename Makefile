@@ -23,8 +23,10 @@ smoke: $(VENV)/.runtime-installed
 	rm -rf runs/smoke
 	$(BIN)/python launch/tpu_run.py --config configs/smoke.py --workdir runs/smoke
 
+# Three workers on two cores: much of a test's time is one thread (Python, subprocess start-up,
+# the sandbox), so a third worker fills the idle core time (bench/RESULTS.md, `make test`).
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n 2 --dist loadfile --durations=20
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n 3 --dist loadfile --durations=20
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check spade_jax launch configs bench tests scripts
