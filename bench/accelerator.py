@@ -35,7 +35,6 @@ On a CPU backend it exits at once with a one-line refusal (exit status 2).
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import pathlib
 import sys
@@ -53,9 +52,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import rollout  # noqa: E402  (bench/rollout.py: the multi-turn workload and its driver)
 
+from spade_jax.engine.api import SamplingParams  # noqa: E402
 from spade_jax.engine.conversation import SlotConversationEngine  # noqa: E402
 from spade_jax.engine.slot_engine import SlotEngine  # noqa: E402
-from spade_jax.engine.api import SamplingParams  # noqa: E402
 from spade_jax.model import Qwen3, create_sharded, get_preset  # noqa: E402
 from spade_jax.rl.batch import AGENT, TrainBatch  # noqa: E402
 from spade_jax.rl.trainer import Trainer  # noqa: E402

@@ -5,16 +5,16 @@ designs, and two loop steps from it (tests/starter/test_build.py).
     python launch/tpu_run.py --config configs/starter_ci.py --workdir runs/starter_ci_loop \
         --config.model.checkpoint=runs/starter_ci --config.tokenizer=runs/starter_ci
 
-configs/starter.py with one skill, deduction: the build's environment sets keep that
-category (the `guess` minigames and a deduction seed game's variant), so a small model learns
-one family's edits in the build's few minutes, and the loop asks for that category and starts
-its memory from its two library minigames. Passages are cut to 240 characters, so that a
-fine-tuning example is about a thousand tokens. A step is 8 designs (a refresh of k = 1),
-G = 2 episodes an arm of 3 turns of 16 tokens, no evaluation. The designer advantage is
-`two_level`: a starter built in minutes scores near zero in both arms, so most valid designs
-have regret 0, and under `discard` a refresh whose valid designs all tie has no advantage at
-all; two_level adds the validity contrast (valid against invalid designs of the refresh), and
-regret differences among the valid ones still count in full.
+configs/starter.py with one skill, deduction: the build's environment sets keep that category
+(the `guess` minigames and a deduction seed game's variant), so a small model learns one
+family's edits in the build's few minutes, and the loop asks for that category and starts its
+memory from its two library minigames. Passages are cut to 240 characters, so that a
+fine-tuning example is about a thousand tokens. A step is 8 designs (a refresh of k = 1), G = 2
+episodes an arm of 3 turns of 16 tokens, no evaluation, two decode sizes (fewer compiles). The
+designer advantage is `two_level`: a starter built in minutes scores near zero in both arms, so
+most valid designs have regret 0, and under `discard` a refresh whose valid designs all tie has
+no advantage at all; two_level adds the validity contrast (valid against invalid designs of the
+refresh), and regret differences among the valid ones still count in full.
 """
 
 import importlib.util
@@ -41,6 +41,10 @@ def get_config() -> ConfigDict:
   c.corpus.max_chars = 240
   c.sampling.agent = {"max_new_tokens": 16, "temperature": 0.3, "top_p": 1.0, "top_k": 0}
   c.engine.num_slots = 16
+  # One slot count and one cache length below the full one (a design's prompt and reply fit
+  # 1536): two loop steps are mostly compiling, and each size pair is compiled apart.
+  c.engine.decode_widths = (16,)
+  c.engine.decode_lengths = (1536,)
   c.eval.every = 0
   c.train.num_steps = 2
   c.train.checkpoint_every = 2
