@@ -163,6 +163,13 @@ def _param_bytes(model) -> int:
   return sum(x.nbytes for x in jax.tree.leaves(nnx.state(model, nnx.Param)))
 
 
+def _decode_engine(model, batch: int) -> SlotEngine:
+  """A slot engine sized for one decode measurement: `batch` slots, one prompt bucket, and one
+  generate block of all NEW_TOKENS - 1 steps after the prefill's first token."""
+  return SlotEngine(model, num_slots=batch, max_cache_len=PROMPT_LEN + NEW_TOKENS,
+                    prefill_buckets=(PROMPT_LEN,), decode_steps=NEW_TOKENS - 1)
+
+
 def _decode_pass(engine: SlotEngine, prompts: list[list[int]]) -> tuple[float, float, int]:
   """(prefill seconds, decode seconds, tokens decoded) of one pass: every prompt prefilled,
   inserted into a state already holding the whole reply (untimed), one generate block."""
@@ -186,8 +193,7 @@ def bench_decode(preset: str, bandwidth: float) -> dict:
   out = {"param_gb": round(weights / 1e9, 3)}
   for batch in DECODE_BATCHES:
     prompts = rng.integers(0, cfg.vocab_size, (batch, PROMPT_LEN)).tolist()
-    engine = SlotEngine(model, num_slots=batch, max_cache_len=PROMPT_LEN + NEW_TOKENS,
-                        prefill_buckets=(PROMPT_LEN,), decode_steps=NEW_TOKENS - 1)
+    engine = _decode_engine(model, batch)
     start = time.perf_counter()
     _decode_pass(engine, prompts)
     compile_s = time.perf_counter() - start

@@ -50,6 +50,10 @@ def get_config() -> ConfigDict:
   c.engine.max_cache_len = 4096  # the tiny preset's max_position_embeddings
   c.engine.prefill_buckets = (256, 1024)  # longer prompts (the designer's) go in 1024 chunks
   c.engine.decode_steps_per_poll = 8  # decode steps between host checks
+  # One slot count and one cache length below the full one: a smoke run is mostly compiling,
+  # and each size pair compiles apart (bench/RESULTS.md, `make smoke`).
+  c.engine.decode_widths = (8,)
+  c.engine.decode_lengths = (1024,)
   c.sandbox.num_workers = 2  # this machine has 2 cores
   c.rl.learning_rate = 1e-3  # a random tiny model: large steps, so the KL shows by step 2
   c.rl.beta = 0.04  # KL to the frozen reference (k3): the reference forward runs too

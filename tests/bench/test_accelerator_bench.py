@@ -121,8 +121,7 @@ def test_decode_pass_times_prefill_and_every_decode_step_apart(monkeypatch):
   monkeypatch.setattr(bench, "PROMPT_LEN", 16)
   monkeypatch.setattr(bench, "NEW_TOKENS", 5)
   model = Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0))
-  engine = bench.SlotEngine(model, num_slots=2, max_cache_len=21, prefill_buckets=(16,),
-                            decode_steps=4)
+  engine = bench._decode_engine(model, 2)
   prompts = [list(range(1, 17)), list(range(20, 36))]
   for _ in range(2):  # the first pass compiles, the second runs compiled
     prefill_s, decode_s, tokens = bench._decode_pass(engine, prompts)

@@ -19,8 +19,7 @@ NOTEBOOK = config_schema.REPO_ROOT / "notebooks" / "colab_tpu_smoke.ipynb"
 CPU_ARGS = ("--config.train.num_steps=1 --config.selfplay.num_envs=2 --config.selfplay.k=4 "
             "--config.selfplay.max_turns=2 --config.selfplay.memory.sample_size=0 "
             "--config.sampling.designer.max_new_tokens=16 "
-            "--config.sampling.agent.max_new_tokens=8 '--config.engine.decode_widths=(8,)' "
-            "'--config.engine.decode_lengths=(1024,)' --config.train.compilation_cache_dir=")
+            "--config.sampling.agent.max_new_tokens=8 --config.train.compilation_cache_dir=")
 
 
 def _cells():

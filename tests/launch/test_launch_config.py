@@ -82,7 +82,7 @@ def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
-  config, _, _ = _parse("--config=smoke.py")
+  config, _, _ = _parse("--config=games.py")  # smoke.py sets its own
   assert config.engine.decode_widths is None and config.engine.decode_lengths is None
   config, _, _ = _parse("--config=smoke.py", "--config.engine.decode_lengths=(1024, 2048)")
   assert tuple(config.engine.decode_lengths) == (1024, 2048)

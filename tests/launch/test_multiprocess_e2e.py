@@ -70,7 +70,6 @@ def _launch_pair(workdir, num_steps, root, on_line=None, returncodes=(0, 0)):
          "--config.selfplay.memory.sample_size=0",
          "--config.sampling.designer.max_new_tokens=16",
          "--config.sampling.agent.max_new_tokens=8",
-         "--config.engine.decode_widths=(8,)", "--config.engine.decode_lengths=(1024,)",
          f"--config.train.compilation_cache_dir={root / f'jax_cache_{i}'}"],
         env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   texts = [([], []) for _ in procs]

@@ -81,14 +81,12 @@ def smoke_runs(tmp_path_factory, gcs):
   # self-play tests cover those). The last step of a launch still closes the window's pending
   # designs; "discard" gives the random model's invalid ones no rows, because smoke.py's
   # "two_level" rows (~3k-token designer prompts) would add a compile of a 4096-long train
-  # step to this test. One decode slot count and one cache length below the full one: fewer
-  # engine compiles.
+  # step to this test.
   overrides = [f"--config.corpus.paths=('{corpus}',)", "--config.selfplay.num_envs=2",
                "--config.selfplay.k=4", "--config.selfplay.designer_advantage=discard",
                "--config.selfplay.max_turns=2", "--config.selfplay.memory.sample_size=0",
                "--config.sampling.designer.max_new_tokens=16",
                "--config.sampling.agent.max_new_tokens=8",
-               "--config.engine.decode_widths=(8,)", "--config.engine.decode_lengths=(1024,)",
                f"--config.train.compilation_cache_dir={gcs}/jax_cache"]
   env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
   env.update(JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
