@@ -1,4 +1,5 @@
-"""Test-wide set-up: 8 fake CPU devices so sharding code is exercised on any machine, implicit
+"""Test-wide set-up: 8 fake CPU devices so sharding code is exercised on any machine, compiled
+with LLVM unoptimised (tests/xla_flags.py), implicit
 rank promotion as an error (a silent broadcast is a bug; subprocesses inherit the variable),
 and a GCS emulator for the tests that write gs:// workdirs (the `gcs` fixture)."""
 
@@ -10,7 +11,9 @@ import time
 
 import pytest
 
-os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+from tests.xla_flags import SESSION_DEVICES, xla_flags
+
+os.environ.setdefault("XLA_FLAGS", xla_flags(SESSION_DEVICES))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
 

@@ -47,6 +47,7 @@ from spade_jax import config_schema
 from spade_jax.envs.library import SEEDS_DIR
 from spade_jax.eval.stats import Summary
 from tests import docs_commands as dc
+from tests.xla_flags import child_env
 
 REPO = config_schema.REPO_ROOT
 VENV_BIN = Path(sys.executable).parent
@@ -156,9 +157,9 @@ def _executable(word: str) -> str | None:
 
 
 def _env() -> dict[str, str]:
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+  env = child_env()
   env.update(PYTHONPATH=os.pathsep.join([os.fspath(REPO), env.get("PYTHONPATH", "")]),
-             JAX_PLATFORMS="cpu", COLUMNS="200", NO_COLOR="1", TERM="dumb",
+             COLUMNS="200", NO_COLOR="1", TERM="dumb",
              PATH=f"{VENV_BIN}{os.pathsep}{env['PATH']}")
   return env
 

@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 from spade_jax import config_schema
+from tests.xla_flags import child_env
 
 NOTEBOOK = config_schema.REPO_ROOT / "notebooks" / "colab_tpu_smoke.ipynb"
 CPU_ARGS = ("--config.train.num_steps=1 --config.selfplay.num_envs=2 --config.selfplay.k=4 "
@@ -52,8 +53,7 @@ def test_notebook_cells_run_on_the_cpu_smoke_config(tmp_path):
                 .read_text().splitlines() if line.startswith("jax=="))
   assert len(tpu) == 3 and any(pinned.replace("jax", "jax[tpu]") in "".join(c["source"])
                                for c in tpu)  # the TPU install keeps the tested jax
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(JAX_PLATFORMS="cpu", PATH=f"{os.path.dirname(sys.executable)}:{env['PATH']}")
+  env = child_env(PATH=f"{os.path.dirname(sys.executable)}:{os.environ['PATH']}")
   namespace: dict = {}
   outputs = []
   for cell in cells:

@@ -34,6 +34,7 @@ from spade_jax import config_schema, storage
 from spade_jax.multihost import EXIT_PEER_LOST
 from spade_jax.preemption import EXIT_PREEMPTED
 from tests.launch.launch_procs import running, tree_below
+from tests.xla_flags import child_env
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 NUM_PROCESSES = 2
@@ -55,8 +56,7 @@ def _launch_pair(workdir, num_steps, root, on_line=None, returncodes=(0, 0)):
   port = _free_port()
   procs = []
   for i in range(NUM_PROCESSES):
-    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               XLA_FLAGS="--xla_force_host_platform_device_count=4",
+    env = child_env(devices=4, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
                JAX_NUM_PROCESSES=str(NUM_PROCESSES), JAX_PROCESS_ID=str(i))
     procs.append(subprocess.Popen(

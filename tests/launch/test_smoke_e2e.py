@@ -33,6 +33,7 @@ from spade_jax.preemption import EXIT_PREEMPTED
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.tokenizer import load_tokenizer
 from tests.launch.launch_procs import running, tree_below
+from tests.xla_flags import child_env
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 REQUIRED_TAGS = (
@@ -88,8 +89,7 @@ def smoke_runs(tmp_path_factory, gcs):
                "--config.sampling.designer.max_new_tokens=16",
                "--config.sampling.agent.max_new_tokens=8",
                f"--config.train.compilation_cache_dir={gcs}/jax_cache"]
-  env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-  env.update(JAX_PLATFORMS="cpu", JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+  env = child_env(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
 
   def launch(num_steps, where=workdir, extra=(), returncode=0):
     proc = subprocess.run([sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir",

@@ -19,6 +19,7 @@ import pytest
 
 from spade_jax.model.integrity import CheckpointIntegrityError, array_names, data_files
 from spade_jax.rl.checkpoint import CheckpointManager, abstract_like
+from tests.xla_flags import child_env
 
 
 def _tree(step):
@@ -156,8 +157,7 @@ _KILLED_SAVE = textwrap.dedent("""
 
 
 def test_a_checkpoint_being_written_when_the_process_is_killed_is_never_taken(tmp_path):
-  env = dict(os.environ, JAX_PLATFORMS="cpu")
-  env.pop("XLA_FLAGS", None)
+  env = child_env()
   proc = subprocess.Popen([sys.executable, "-c", _KILLED_SAVE, os.fspath(tmp_path)],
                           stdout=subprocess.PIPE, text=True, env=env)
   try:
