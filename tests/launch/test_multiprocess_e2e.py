@@ -57,8 +57,8 @@ def _launch_pair(workdir, num_steps, root, on_line=None, returncodes=(0, 0)):
   procs = []
   for i in range(NUM_PROCESSES):
     env = child_env(devices=4, JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-               JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-               JAX_NUM_PROCESSES=str(NUM_PROCESSES), JAX_PROCESS_ID=str(i))
+                    JAX_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
+                    JAX_NUM_PROCESSES=str(NUM_PROCESSES), JAX_PROCESS_ID=str(i))
     procs.append(subprocess.Popen(
         [sys.executable, TPU_RUN, "--config", "smoke.py", "--workdir", os.fspath(workdir),
          f"--config.train.num_steps={num_steps}", "--config.mesh.fsdp=-1",

@@ -73,8 +73,8 @@ def test_sharded_step_equals_unsharded(initial):
   keys = ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_mean")
   m_plain = _train_alike(plain, sharded, keys, metric_atol=1e-6)
   assert m_plain["designer/num_rows"] == 4
-  # The warmup's first rate is 0, so the second step still samples the reference (KL 0 up to
-  # rounding); a third step's metrics come from a policy one update away from it.
+  # The warmup's first rate is 0, so the second step's policy is still the reference (its KL
+  # is 0 up to rounding); the third step's policy is one real update away from it.
   third_plain, third_sharded = plain.train_step(_batch(2)), sharded.train_step(_batch(2))
   assert third_plain["kl"] > 1e-6
   for key in keys:
