@@ -1,6 +1,7 @@
 """Process helpers for the launch tests (a unique module name: no conftest imports)."""
 
 import os
+import re
 
 
 def _stat(pid: int) -> list[str] | None:
@@ -30,3 +31,9 @@ def running(pid: int) -> bool:
   """Alive and not a zombie."""
   fields = _stat(pid)
   return fields is not None and fields[0] != "Z"
+
+
+def run_report(stderr: str) -> list[str]:
+  """stderr less tensorstore's credential lookup, which logs a line at a launch's first GCS
+  read on the anonymous emulator (a real bucket has credentials): what the run itself said."""
+  return [x for x in stderr.splitlines() if not re.match(r"[EWI]\d{4} .*google_auth_provider", x)]

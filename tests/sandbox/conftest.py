@@ -5,7 +5,7 @@ import os
 import pytest
 
 from spade_jax.sandbox.pool import SandboxPool
-from tests.sandbox.sandbox_procs import descendants, settled_descendants
+from tests.sandbox.sandbox_procs import descendants, describe, settled_descendants
 
 
 @pytest.fixture(scope="module")
@@ -26,4 +26,6 @@ def clean_pool(pool):
   ours = set().union(*({w.proc.pid} | descendants(w.proc.pid) for w in pool._workers))
   others = descendants(os.getpid()) - ours
   left = settled_descendants(os.getpid(), 2 * len(pool._workers) + len(others)) - others
-  assert len(left) == 2 * len(pool._workers), f"leftover processes: {sorted(left)}"
+  assert len(left) == 2 * len(pool._workers), (
+      f"leftover processes (state, parent, command): {describe(left)}; "
+      f"workers: {[w.proc.pid for w in pool._workers]}")

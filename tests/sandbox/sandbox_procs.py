@@ -29,6 +29,20 @@ def descendants(pid: int) -> set[int]:
   return found
 
 
+def describe(pids: set[int]) -> dict[int, str]:
+  """pid -> "state ppid (command)" from /proc/PID/stat, for a failing test's message."""
+  out = {}
+  for pid in sorted(pids):
+    try:
+      with open(f"/proc/{pid}/stat") as f:
+        head, _, tail = f.read().rpartition(")")
+      state, ppid = tail.split()[:2]
+      out[pid] = f"{state} {ppid} {head.partition('(')[2]}"
+    except OSError:
+      out[pid] = "gone"
+  return out
+
+
 def settled_descendants(pid: int, expected: int, timeout_s: float = 10.0) -> set[int]:
   """Descendants once their number drops to `expected` (kills are asynchronous; a loaded
   2-core machine can take seconds to reap them)."""
