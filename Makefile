@@ -25,8 +25,11 @@ smoke: $(VENV)/.runtime-installed
 
 # Three workers on two cores: much of a test's time is one thread (Python, subprocess start-up,
 # the sandbox), so a third worker fills the idle core time (bench/RESULTS.md, `make test`).
+# Files go out in collection order, not xdist's most-tests-first: tests/conftest.py puts the
+# pipeline-sized ones first.
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n 3 --dist loadfile --durations=20
+	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n 3 --dist loadfile \
+	  --no-loadscope-reorder --durations=20
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check spade_jax launch configs bench tests scripts

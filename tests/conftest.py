@@ -24,6 +24,21 @@ jax.config.update("jax_numpy_rank_promotion", "raise")  # should jax have been i
 from spade_jax import storage  # noqa: E402
 
 BUCKET = "spade-test"  # GCS bucket names have at least 3 characters
+# The files whose set-up builds or runs a whole pipeline (minutes each), longest first, are
+# collected first. With `--dist loadfile --no-loadscope-reorder` (the Makefile) xdist hands
+# files out in collection order, so each of the three workers starts one and the short files
+# fill in around them. xdist's own order (most tests first) started the longest, four tests,
+# near the end, where it ran alone beside idle cores.
+SLOW_FILES_FIRST = ("tests/starter/test_build.py", "tests/launch/test_multiprocess_e2e.py",
+                    "tests/launch/test_smoke_e2e.py")
+
+
+def pytest_collection_modifyitems(items):
+  def rank(item):
+    path = item.nodeid.partition("::")[0]
+    return SLOW_FILES_FIRST.index(path) if path in SLOW_FILES_FIRST else len(SLOW_FILES_FIRST)
+
+  items.sort(key=rank)  # stable: the rest keep their order
 
 
 @pytest.fixture(scope="session")
