@@ -20,6 +20,7 @@ import signal
 import socket
 import struct
 import sys
+import time
 import types
 
 HEADER = struct.Struct(">I")
@@ -152,6 +153,7 @@ class Zygote:
     self.ctrl.send(json.dumps({"token": token, "pid": pid}).encode())
 
   def kill(self, tokens) -> None:
+    killed = []
     for token in tokens:
       pid = self.children.pop(token, None)
       for kill in (os.killpg, os.kill) if pid is not None else ():
@@ -159,8 +161,33 @@ class Zygote:
           kill(pid, signal.SIGKILL)
         except ProcessLookupError:
           pass
+      if pid is not None:
+        killed.append(pid)
     if self.cfg["scan_strays"]:
       self._kill_strays()
+    self._reap_killed(killed)
+
+  def _reap_killed(self, pids: list[int], timeout_s: float = 0.5) -> None:
+    """Reaps the episodes just killed, waiting at most `timeout_s` for them to exit.
+
+    The SIGCHLD handler alone can leave one a zombie: CPython runs handlers between
+    bytecodes, so a SIGCHLD that arrives while `_reap` runs is noted but not handled when
+    the interrupted recv is retried in C, only at the next message, and a kill can be the
+    last one (seen as a zombie of the zygote under load, 2026-12-04).
+    """
+    deadline = time.monotonic() + timeout_s
+    pending = set(pids)
+    while pending:
+      for pid in list(pending):
+        try:
+          if os.waitpid(pid, os.WNOHANG)[0]:
+            pending.discard(pid)
+        except ChildProcessError:  # reaped by the handler meanwhile
+          pending.discard(pid)
+      if pending and time.monotonic() > deadline:
+        return  # still exiting: the handler reaps it
+      if pending:
+        time.sleep(0.001)
 
   def _kill_strays(self) -> None:
     """Kills every process in the namespace outside the live episodes' process groups."""

@@ -43,9 +43,9 @@ def describe(pids: set[int]) -> dict[int, str]:
   return out
 
 
-def settled_descendants(pid: int, expected: int, timeout_s: float = 30.0) -> set[int]:
-  """Descendants once their number drops to `expected` (kills are asynchronous; a 2-core
-  machine loaded by the suite's pipeline tests once had one more process after 10 s)."""
+def settled_descendants(pid: int, expected: int, timeout_s: float = 10.0) -> set[int]:
+  """Descendants once their number drops to `expected` (kills are asynchronous; a loaded
+  2-core machine can take seconds to reap them)."""
   deadline = time.monotonic() + timeout_s
   while True:
     found = descendants(pid)
