@@ -184,10 +184,9 @@ class Zygote:
             pending.discard(pid)
         except ChildProcessError:  # reaped by the handler meanwhile
           pending.discard(pid)
-      if pending and time.monotonic() > deadline:
-        return  # still exiting: the handler reaps it
-      if pending:
-        time.sleep(0.001)
+      if not pending or time.monotonic() > deadline:
+        return  # any still exiting: the handler reaps them
+      time.sleep(0.001)
 
   def _kill_strays(self) -> None:
     """Kills every process in the namespace outside the live episodes' process groups."""
