@@ -200,3 +200,25 @@ KNOBS: dict[str, tuple[tuple[Alt, ...], ...]] = {
 EPISODE_OVER = ("The episode is over.", "This episode has ended.", "The game is over.",
                 "Nothing more to do: the episode is over.")
 CANNOT_PARSE = ("Could not parse", "Cannot read", "Unreadable action")
+
+# The action words of each game, drawn anew a variant (variants.rename_verbs) so that the
+# words to play can only be read from the observation: an agent trained on fixed words replies
+# in them on any game, and a held-out game's own words never come up. Words the prose also
+# uses as another part of speech ("empty" jugs, "set" bits, "rule" in triples) are left alone.
+ACTION_VERBS = {
+    "mastermind": ("guess",), "minisudoku": ("set",), "clue": ("suggest", "accuse"),
+    "bridge": ("cross",), "jugs": ("fill", "pour"), "pancakes": ("flip",),
+    "hotcold": ("probe", "dig"), "robot": ("move",), "dice": ("roll",),
+    "countdown": ("combine", "restart"), "prices": ("buy", "answer"), "magic": ("set",),
+    "sequence": ("predict",), "blackbox": ("query", "answer"), "triples": ("test",),
+    "coins": ("weigh", "answer"), "switches": ("answer",), "sorting": ("compare", "answer"),
+}
+KEEP_VERB = 0.25  # the chance that an action word stays the seed's own
+# Replacement action words: plain lowercase verbs, none of the held-out games' own
+# (library.HELDOUT_GAMES: ask, accuse, move, mod, answer, drop, ...), so that transfer is read.
+VERB_POOL = ("try", "pick", "call", "send", "mark", "play", "use", "take", "put", "push",
+             "pull", "shift", "tap", "hit", "check", "choose", "select", "submit", "solve",
+             "claim", "pose", "enter", "make", "apply", "post", "scan", "view", "tell", "place",
+             "lift", "turn", "step", "walk", "jump", "swap", "spin", "toss", "cast", "show",
+             "note", "pin", "fix", "state", "give", "bet", "ping", "poke", "sample", "measure",
+             "reply", "declare", "offer", "report", "lock", "nudge", "steer", "go")

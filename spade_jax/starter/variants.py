@@ -32,6 +32,7 @@ import random
 import re
 import sys
 import time
+import tokenize
 from collections.abc import Iterator, Sequence
 
 from spade_jax.envs import minigames
@@ -113,7 +114,55 @@ def candidate(seed_env: SeedEnv, index: int, seed: int = 0) -> VariantEnv:
     source = source.replace(phrases[0], rng.choice(phrases))
   if level:
     source = at_level(source, level)
+  source, hint = rename_verbs(source, hint, _verb_draw(name, source, hint, rng))
   return VariantEnv(f"v/{name}/{index}", name, seed_env.category, source, hint)
+
+
+def _verb_draw(name: str, source: str, hint: str, rng: random.Random) -> dict[str, str]:
+  """Each action word of the game -> its word in this variant (tables.ACTION_VERBS); a new word
+  is one that occurs nowhere in the source or hint, and no two action words become one."""
+  taken = {w.lower() for w in re.findall(r"[A-Za-z]+", source + " " + hint)}
+  free = [w for w in tables.VERB_POOL if w not in taken]
+  renames = {}
+  for verb in tables.ACTION_VERBS[name]:
+    if rng.random() >= tables.KEEP_VERB:
+      renames[verb] = free.pop(rng.randrange(len(free)))
+  return renames
+
+
+def rename_verbs(source: str, hint: str, renames: dict[str, str]) -> tuple[str, str]:
+  """Every whole-word occurrence of each old word (lower, Title or UPPER case, the case kept)
+  replaced in the hint and in the source's strings and comments. Python names, f-string fields
+  included, are left alone: `set` the action word changes, `set()` and `{answer}` do not."""
+  if not renames:
+    return source, hint
+  forms = {case(old): case(new) for old, new in renames.items()
+           for case in (str.lower, str.title, str.upper)}
+  pattern = re.compile(r"\b(" + "|".join(map(re.escape, forms)) + r")\b")
+  code = _code_offsets(source)
+  source = pattern.sub(lambda m: m.group(0) if m.start() in code else forms[m.group(0)], source)
+  return source, pattern.sub(lambda m: forms[m.group(0)], hint)
+
+
+def _code_offsets(source: str) -> set[int]:
+  """Offsets where a Python name starts, or that lie inside an f-string's replacement field."""
+  line_starts = [0, *itertools.accumulate(len(line) for line in source.splitlines(True))]
+  offsets = set()
+  for tok in tokenize.generate_tokens(iter(source.splitlines(True)).__next__):
+    at = line_starts[tok.start[0] - 1] + tok.start[1]
+    if tok.type == tokenize.NAME:
+      offsets.add(at)
+    elif tok.type == tokenize.STRING and "f" in tok.string.split(tok.string[-1])[0].lower():
+      depth, text, i = 0, tok.string, 0
+      while i < len(text):
+        if depth == 0 and text[i] in "{}" and text[i:i + 2] in ("{{", "}}"):
+          i += 2
+          continue
+        depth += (text[i] == "{") - (text[i] == "}")
+        if depth:
+          offsets.add(at + i)
+        i += 1
+  return offsets
 
 
 def train_seeds() -> list[SeedEnv]:
