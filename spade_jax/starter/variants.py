@@ -5,10 +5,12 @@ stream, built and resumed by the same `build_env_set`.)
 
 A variant is a source transformation of one seed game (never a held-out one): the knobs of
 `variant_tables` (constants, ranges, sizes, names, reward tiers, small rules, with the hint
-edits they need), another class name, a longer turn limit, reworded messages and a pinned
-difficulty level (`envs.difficulty.at_level`). Candidate `index` of a seed draws one
-alternative per knob from a generator seeded by (seed, game, index), so the stream is
-deterministic; a candidate that normalises to a source seen before is skipped.
+edits they need), another class name, a longer turn limit, reworded messages, a pinned
+difficulty level (`envs.difficulty.at_level`) and other action words (`rename_verbs`: the
+agent's episodes of the set then teach it to read the words to play from the observation).
+Candidate `index` of a seed draws one alternative per knob from a generator seeded by
+(seed, game, index), so the stream is deterministic; a candidate that normalises to a source
+seen before is skipped.
 
 `build_env_set` walks the stream round-robin over the seeds, validates candidates in
 batches through `SandboxPool(require_oracle=True)` (every guard on), and appends the valid

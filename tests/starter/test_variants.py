@@ -3,12 +3,14 @@
 import collections
 import itertools
 import json
+import re
 import subprocess
 import sys
 
 import pytest
 
 from spade_jax.envs.library import GAME_CATEGORIES, HELDOUT_GAMES, load_seed_library
+from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.starter import env_set, variant_tables, variants
 
 
@@ -50,6 +52,45 @@ def test_the_stream_is_deterministic_per_seed(stream):
   assert again == stream[:40]
   other = list(itertools.islice(variants.candidates(1), 40))
   assert [e.source for e in other] != [e.source for e in stream[:40]]
+
+
+def test_action_words_change_in_strings_and_hint_but_no_python_name_changes():
+  sorting = {s.name: s for s in load_seed_library(kind="games", split="train")}["sorting"]
+  source, hint = variants.rename_verbs(sorting.source, sorting.hint,
+                                       {"answer": "claim", "compare": "poke"})
+  assert 'fullmatch(r"(POKE|CLAIM)' in source and 'verb == "POKE"' in source  # the case kept
+  assert "'claim {answer}'" in source  # the f-string's field is a Python name: it stays
+  assert "answer = " in source and 'return ["claim "' in source
+  assert "Poke two boxes" in hint and "compare" not in hint.lower()
+  assert variants.rename_verbs(sorting.source, sorting.hint, {}) == (sorting.source, sorting.hint)
+
+
+def test_most_variants_play_drawn_words_and_none_a_held_out_games_words(stream):
+  held_out = load_seed_library(kind="games", split="heldout")
+  patterns = [p for g in held_out for p in re.findall(r'fullmatch\((?:rf|r)"([^"]+)"', g.source)]
+  held_out_words = set(re.findall(r"[a-z]{3,}", " ".join(patterns).lower()))
+  assert {"move", "accuse", "answer", "drop", "encrypt"} <= held_out_words
+  assert not held_out_words & set(variant_tables.VERB_POOL)
+  parsed, renamed = 0, 0
+  for env in stream:  # the words that an action's regular expression takes
+    taken = set(re.findall(r"[a-z]{3,}", " ".join(
+        re.findall(r'fullmatch\((?:rf|r)"([^"]+)"', env.source)).lower()))
+    parsed += bool(taken)
+    renamed += bool(taken) and not set(variant_tables.ACTION_VERBS[env.base]) <= taken
+  assert parsed >= 0.8 * len(stream) and renamed >= 0.75 * parsed
+
+
+def test_a_variant_takes_its_drawn_word_and_not_the_seeds_in_the_sandbox():
+  env = next(e for e in variants.candidates(0)
+             if e.base == "pancakes" and not re.search(r"\bflip\b", e.source))
+  word = re.search(r"Action format: (\w+) K", env.source).group(1)
+  pool = SandboxPool(num_workers=1)
+  try:
+    pool.reset([("drawn", env.source, 3), ("seed's", env.source, 3)])
+    drawn, seeds = pool.step([("drawn", f"{word} 2"), ("seed's", "flip 2")])
+  finally:
+    pool.close()
+  assert "Invalid action" not in drawn.observation and "Invalid action" in seeds.observation
 
 
 def test_build_validates_writes_and_resumes_after_a_damaged_last_line(tmp_path, monkeypatch):
