@@ -155,16 +155,21 @@ def _code_offsets(source: str) -> set[int]:
     if tok.type == tokenize.NAME:
       offsets.add(at)
     elif tok.type == tokenize.STRING and "f" in tok.string.split(tok.string[-1])[0].lower():
-      depth, text, i = 0, tok.string, 0
-      while i < len(text):
-        if depth == 0 and text[i] in "{}" and text[i:i + 2] in ("{{", "}}"):
-          i += 2
-          continue
-        depth += (text[i] == "{") - (text[i] == "}")
-        if depth:
-          offsets.add(at + i)
-        i += 1
+      offsets.update(at + i for i in _field_offsets(tok.string))
   return offsets
+
+
+def _field_offsets(text: str) -> Iterator[int]:
+  """Offsets inside an f-string literal's replacement fields (`{{` and `}}` are text)."""
+  depth, i = 0, 0
+  while i < len(text):
+    if depth == 0 and text[i:i + 2] in ("{{", "}}"):
+      i += 2
+      continue
+    depth += (text[i] == "{") - (text[i] == "}")
+    if depth:
+      yield i
+    i += 1
 
 
 def train_seeds() -> list[SeedEnv]:

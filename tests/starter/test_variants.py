@@ -67,17 +67,21 @@ def test_action_words_change_in_strings_and_hint_but_no_python_name_changes():
 
 def test_most_variants_play_drawn_words_and_none_a_held_out_games_words(stream):
   held_out = load_seed_library(kind="games", split="heldout")
-  patterns = [p for g in held_out for p in re.findall(r'fullmatch\((?:rf|r)"([^"]+)"', g.source)]
-  held_out_words = set(re.findall(r"[a-z]{3,}", " ".join(patterns).lower()))
+  held_out_words = set().union(*(_pattern_words(g.source) for g in held_out))
   assert {"move", "accuse", "answer", "drop", "encrypt"} <= held_out_words
   assert not held_out_words & set(variant_tables.VERB_POOL)
   parsed, renamed = 0, 0
-  for env in stream:  # the words that an action's regular expression takes
-    taken = set(re.findall(r"[a-z]{3,}", " ".join(
-        re.findall(r'fullmatch\((?:rf|r)"([^"]+)"', env.source)).lower()))
+  for env in stream:
+    taken = _pattern_words(env.source)
     parsed += bool(taken)
     renamed += bool(taken) and not set(variant_tables.ACTION_VERBS[env.base]) <= taken
   assert parsed >= 0.8 * len(stream) and renamed >= 0.75 * parsed
+
+
+def _pattern_words(source):
+  """The words (3+ letters, lower case) of the source's `fullmatch` action patterns."""
+  patterns = re.findall(r'fullmatch\((?:rf|r)"([^"]+)"', source)
+  return set(re.findall(r"[a-z]{3,}", " ".join(patterns).lower()))
 
 
 def test_a_variant_takes_its_drawn_word_and_not_the_seeds_in_the_sandbox():
