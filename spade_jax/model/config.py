@@ -33,6 +33,31 @@ def resolve_remat(name: str, platform: str | None = None) -> str:
   return REMAT_AUTO.get(jax.default_backend() if platform is None else platform, "none")
 
 
+# CPU flags of a native bf16 dot product. Without one, XLA's CPU backend widens bf16 operands
+# in software and fp32 matmuls are the faster ones (bench/RESULTS.md, "The starter build").
+CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+
+
+def resolve_compute_dtype(name: str, platform: str | None = None) -> str:
+  """The matmul dtype `name` means on `platform`: "auto" is bfloat16 on accelerators and on CPUs
+  with CPU_BF16_FLAGS, else float32; any other name is itself."""
+  if name != "auto":
+    return name
+  if (jax.default_backend() if platform is None else platform) != "cpu":
+    return "bfloat16"
+  return "bfloat16" if CPU_BF16_FLAGS & _cpu_flags() else "float32"
+
+
+def _cpu_flags() -> set[str]:
+  """The host CPU's feature flags (Linux /proc/cpuinfo; empty where there is none)."""
+  try:
+    with open("/proc/cpuinfo") as f:
+      line = next((line for line in f if line.startswith("flags")), "")
+  except OSError:
+    return set()
+  return set(line.partition(":")[2].split())
+
+
 # Projections a LoRA adapter may target (Hugging Face module names; model/lora.py).
 LORA_TARGETABLE = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

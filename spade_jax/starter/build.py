@@ -31,6 +31,7 @@ import numpy as np
 from spade_jax import config_schema, run
 from spade_jax.experiment import Experiment
 from spade_jax.model import from_pretrained, get_preset, make_mesh, save_pretrained
+from spade_jax.model.config import resolve_compute_dtype
 from spade_jax.model.testing import random_model
 from spade_jax.starter import pretrain_text, sft_data, tokenizer_train, variants
 from spade_jax.starter.batches import BucketPlan, WindowPlan
@@ -67,9 +68,9 @@ class BuildSize:
   sft_min_bucket: int = 256  # fine-tuning length buckets (batches.bucket_length)
   sft_bucket_step: int = 1024
   sft_max_length: int | None = None  # longer examples are left out; None: the model's positions
-  # Matmul dtype of both stages (parameters and AdamW moments stay float32): bf16 x bf16 -> fp32
-  # dots are XLA's fast kernels on CPU as on TPU/GPU (bench/RESULTS.md, the starter build).
-  compute_dtype: str = "bfloat16"
+  # Matmul dtype of both stages (parameters and AdamW moments stay float32); "auto" is bf16
+  # where the hardware has bf16 dots, fp32 on other CPUs (model.config.resolve_compute_dtype).
+  compute_dtype: str = "auto"
   designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
   variant_resets: int = 1  # reset seeds a seed-game variant's oracle episodes are played at
 
@@ -122,11 +123,13 @@ class Build:
     self.settings = self.experiment.selfplay
     self.progress, self.seed = progress, seed
     self.deadline = None if minutes is None else time.time() + 60 * minutes
-    self.cfg = get_preset(self.size.preset, compute_dtype=self.size.compute_dtype)
+    self.cfg = get_preset(self.size.preset,
+                          compute_dtype=resolve_compute_dtype(self.size.compute_dtype))
 
   def run(self) -> dict[str, Any]:
     self.stages.mkdir(parents=True, exist_ok=True)
-    summary = {"size": self.size_name, "preset": self.size.preset}
+    summary = {"size": self.size_name, "preset": self.size.preset,
+               "compute_dtype": self.cfg.compute_dtype}
     for name in STAGES:
       marker = self.stages / f"{name}.done.json"
       if marker.is_file():

@@ -214,11 +214,10 @@ ACTION_VERBS = {
     "coins": ("weigh", "answer"), "switches": ("answer",), "sorting": ("compare", "answer"),
 }
 KEEP_VERB = 0.25  # the chance that an action word stays the seed's own
-# Replacement action words: plain lowercase verbs, none of the held-out games' own
-# (library.HELDOUT_GAMES: ask, accuse, move, mod, answer, drop, ...), so that transfer is read.
-VERB_POOL = ("try", "pick", "call", "send", "mark", "play", "use", "take", "put", "push",
-             "pull", "shift", "tap", "hit", "check", "choose", "select", "submit", "solve",
-             "claim", "pose", "enter", "make", "apply", "post", "scan", "view", "tell", "place",
-             "lift", "turn", "step", "walk", "jump", "swap", "spin", "toss", "cast", "show",
-             "note", "pin", "fix", "state", "give", "bet", "ping", "poke", "sample", "measure",
-             "reply", "declare", "offer", "report", "lock", "nudge", "steer", "go")
+# A drawn word is a made-up one (variants.nonce_word): syllables of these, two or three, then
+# an optional coda. A pool of real verbs taught the agent to guess pool verbs instead of
+# reading the word (bench/RESULTS.md, 2026-12-04); a fresh word a variant can only be copied.
+NONCE_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
+                "dr", "gl", "gr", "kl", "pl", "pr", "sk", "sl", "sn", "st", "tr", "zw")
+NONCE_VOWELS = ("a", "e", "i", "o", "u", "ai", "oo")
+NONCE_CODAS = ("", "", "k", "l", "m", "n", "p", "r", "sh", "t", "x")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import ast
 import collections
+import functools
 import itertools
 import json
 import os
@@ -121,15 +122,34 @@ def candidate(seed_env: SeedEnv, index: int, seed: int = 0) -> VariantEnv:
 
 
 def _verb_draw(name: str, source: str, hint: str, rng: random.Random) -> dict[str, str]:
-  """Each action word of the game -> its word in this variant (tables.ACTION_VERBS); a new word
-  is one that occurs nowhere in the source or hint, and no two action words become one."""
-  taken = {w.lower() for w in re.findall(r"[A-Za-z]+", source + " " + hint)}
-  free = [w for w in tables.VERB_POOL if w not in taken]
+  """Each action word of the game -> its word in this variant (tables.ACTION_VERBS): the seed's
+  own with p = KEEP_VERB, else a made-up word found nowhere in the source, the hint or a
+  held-out game, and no two action words become one."""
+  taken = {w.lower() for w in re.findall(r"[A-Za-z]+", source + " " + hint)} | _held_out_words()
   renames = {}
   for verb in tables.ACTION_VERBS[name]:
     if rng.random() >= tables.KEEP_VERB:
-      renames[verb] = free.pop(rng.randrange(len(free)))
+      renames[verb] = nonce_word(rng, taken)
+      taken.add(renames[verb])
   return renames
+
+
+def nonce_word(rng: random.Random, taken: set[str]) -> str:
+  """A pronounceable made-up word of 2-3 syllables (tables.NONCE_*) that is not in `taken`."""
+  while True:
+    syllables = rng.choice((2, 2, 3))
+    word = "".join(rng.choice(tables.NONCE_ONSETS) + rng.choice(tables.NONCE_VOWELS)
+                   for _ in range(syllables)) + rng.choice(tables.NONCE_CODAS)
+    if word not in taken:
+      return word
+
+
+@functools.cache
+def _held_out_words() -> frozenset[str]:
+  """Every word (lower case) of the held-out games' sources and hints."""
+  games = load_seed_library(kind="games", split="heldout")
+  text = " ".join(g.source + " " + g.hint for g in games)
+  return frozenset(w.lower() for w in re.findall(r"[A-Za-z]+", text))
 
 
 def rename_verbs(source: str, hint: str, renames: dict[str, str]) -> tuple[str, str]:

@@ -1,11 +1,15 @@
 """Bad configs and bad model inputs fail early with errors that name the field."""
 
+import pathlib
+import re
+
 import numpy as np
 import pytest
 from flax import nnx
 
 from spade_jax.model import PRESETS, KVCache, Qwen3, get_preset
-from spade_jax.model.config import resolve_remat
+from spade_jax.model import config as model_config
+from spade_jax.model.config import resolve_compute_dtype, resolve_remat
 
 
 @pytest.mark.parametrize("changes, match", [
@@ -67,6 +71,22 @@ def test_bad_inputs_are_rejected_before_compute(abstract_model):
 def test_auto_remat_is_chosen_per_platform(platform, expected):
   assert resolve_remat("auto", platform) == expected
   assert resolve_remat("dots", platform) == "dots"  # an explicit policy is kept everywhere
+
+
+def test_auto_compute_dtype_is_bf16_only_where_the_hardware_has_bf16_dots(monkeypatch):
+  for platform in ("gpu", "tpu"):
+    assert resolve_compute_dtype("auto", platform) == "bfloat16"
+  flags = set()
+  if pathlib.Path("/proc/cpuinfo").is_file():  # this host's own flags, read apart from the code
+    text = pathlib.Path("/proc/cpuinfo").read_text()
+    flags = set(re.search(r"^flags\s*:(.*)$", text, re.MULTILINE).group(1).split())
+  native = bool(flags & {"avx512_bf16", "amx_bf16"})
+  assert resolve_compute_dtype("auto", "cpu") == ("bfloat16" if native else "float32")
+  monkeypatch.setattr(model_config, "_cpu_flags", lambda: {"avx2", "avx512_bf16"})
+  assert resolve_compute_dtype("auto", "cpu") == "bfloat16"
+  monkeypatch.setattr(model_config, "_cpu_flags", lambda: {"avx2", "fma"})
+  assert resolve_compute_dtype("auto", "cpu") == "float32"
+  assert resolve_compute_dtype("bfloat16", "cpu") == "bfloat16"  # a named dtype is kept
 
 
 def test_unknown_remat_is_rejected():
