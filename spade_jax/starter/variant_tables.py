@@ -216,7 +216,7 @@ ACTION_VERBS = {
 KEEP_VERB = 0.25  # the chance that an action word stays the seed's own
 # A drawn word is a made-up one (variants.nonce_word): syllables of these, two or three, then
 # an optional coda. A pool of real verbs taught the agent to guess pool verbs instead of
-# reading the word (bench/RESULTS.md, 2026-12-04); a fresh word a variant can only be copied.
+# reading the word (bench/RESULTS.md, 2026-12-04); a fresh word cannot be guessed, only read.
 NONCE_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
                 "dr", "gl", "gr", "kl", "pl", "pr", "sk", "sl", "sn", "st", "tr", "zw")
 NONCE_VOWELS = ("a", "e", "i", "o", "u", "ai", "oo")
