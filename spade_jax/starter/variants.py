@@ -125,7 +125,7 @@ def _verb_draw(name: str, source: str, hint: str, rng: random.Random) -> dict[st
   """Each action word of the game -> its word in this variant (tables.ACTION_VERBS): the seed's
   own with p = KEEP_VERB, else a made-up word found nowhere in the source, the hint or a
   held-out game, and no two action words become one."""
-  taken = {w.lower() for w in re.findall(r"[A-Za-z]+", source + " " + hint)} | _held_out_words()
+  taken = _words(source + " " + hint) | _held_out_words()
   renames = {}
   for verb in tables.ACTION_VERBS[name]:
     if rng.random() >= tables.KEEP_VERB:
@@ -148,8 +148,12 @@ def nonce_word(rng: random.Random, taken: set[str]) -> str:
 def _held_out_words() -> frozenset[str]:
   """Every word (lower case) of the held-out games' sources and hints."""
   games = load_seed_library(kind="games", split="heldout")
-  text = " ".join(g.source + " " + g.hint for g in games)
-  return frozenset(w.lower() for w in re.findall(r"[A-Za-z]+", text))
+  return frozenset(_words(" ".join(g.source + " " + g.hint for g in games)))
+
+
+def _words(text: str) -> set[str]:
+  """The words of `text`, lower case (runs of ASCII letters)."""
+  return {w.lower() for w in re.findall(r"[A-Za-z]+", text)}
 
 
 def rename_verbs(source: str, hint: str, renames: dict[str, str]) -> tuple[str, str]:
