@@ -33,12 +33,13 @@ from spade_jax.experiment import Experiment
 from spade_jax.model import from_pretrained, get_preset, make_mesh, save_pretrained
 from spade_jax.model.config import resolve_compute_dtype
 from spade_jax.model.testing import random_model
-from spade_jax.starter import pretrain_text, sft_data, tokenizer_train, variants
+from spade_jax.starter import copy_circuit, pretrain_text, sft_data, tokenizer_train, variants
 from spade_jax.starter.batches import BucketPlan, WindowPlan
+from spade_jax.starter.copy_test import repeat_test
 from spade_jax.starter.lm_step import batch_multiple
 from spade_jax.starter.train_stage import StageSettings, train
 from spade_jax.tokenizer import load_tokenizer
-from spade_jax.tokenizer.base import ENDOFTEXT
+from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS, ENDOFTEXT
 
 STAGES = ("tokenizer", "envs", "pretrain", "sft", "export")
 # The fine-tuning set: seed-game variants (agent episodes) and minigames (design targets, the
@@ -73,6 +74,9 @@ class BuildSize:
   compute_dtype: str = "auto"
   designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
   variant_resets: int = 1  # reset seeds a seed-game variant's oracle episodes are played at
+  # Write a previous-token and an induction head into the random model before pretraining
+  # (starter.copy_circuit): copying does not form on its own in a CPU build's tokens.
+  copy_circuit: bool = True
 
 
 SIZES: dict[str, BuildSize] = {
@@ -91,7 +95,7 @@ SIZES: dict[str, BuildSize] = {
                                                 warmup_steps=2, save_every=10),
         env_count=1, minigame_count=32, sft_tokens_per_step=2560, sft_epochs=6,
         sft_learning_rate=3e-3, sft_min_bucket=256, sft_bucket_step=256, sft_max_length=1536,
-        compute_dtype="float32", designer_per_env=3),
+        compute_dtype="float32", designer_per_env=3, copy_circuit=False),
 }
 
 
@@ -219,12 +223,14 @@ class Build:
     rows = -(-self.size.pretrain_rows // batch_multiple(mesh)) * batch_multiple(mesh)
     plan = WindowPlan(np.load(cache)["windows"], rows, self.seed)
     model = random_model(self.cfg, seed=self.seed)
+    circuit = copy_circuit.install(model, self.seed) if self.size.copy_circuit else None
     result = train("pretrain", model, plan, self.size.pretrain, self.stages / "pretrain", mesh,
                    progress=self.progress, deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "pretrain_model")
     return {**result, "windows": int(plan.windows.shape[0]),
-            "tokens_per_step": plan.tokens_per_step()}
+            "tokens_per_step": plan.tokens_per_step(), "copy_circuit": circuit,
+            "copying": _copying(model)}
 
   def _sft(self) -> dict[str, Any]:
     examples, roles = self._examples()
@@ -243,7 +249,8 @@ class Build:
                    deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "sft_model")
-    return {**result, "examples": roles, "kept": len(plan.tokens), "batches": len(plan.batches)}
+    return {**result, "copying": _copying(model), "examples": roles, "kept": len(plan.tokens),
+            "batches": len(plan.batches)}
 
   def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
     """Designer and agent examples (cached in sft_examples.jsonl: playing them takes time)."""
@@ -284,6 +291,11 @@ class Build:
 
   def _mesh(self):
     return make_mesh(self.experiment.mesh_shape)
+
+
+def _copying(model) -> dict[str, float]:
+  """The repeat test (copy_test) on ordinary tokens: the ids after the control tokens."""
+  return repeat_test(model, len(CHAT_SPECIAL_TOKENS))
 
 
 def _save_npz(path: pathlib.Path, **arrays: np.ndarray) -> None:
