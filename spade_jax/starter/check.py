@@ -11,7 +11,8 @@ Agent: the seed_games_heldout suite (spade_jax.eval) with the starter at the loo
 sampling (reply cap and temperature), and with a random model of the same shape (random
 replies) as the baseline; mean return with and without hint.
 Gates: valid >= 25 %; non-copies >= half of valid; agent mean return above random; hinted
-return above unhinted.
+return above unhinted. Also reported, not a gate: the repeat test (copy_test), whether the
+model can copy from its context at all, which the agent needs to write an action word.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import sft_data, variants
 from spade_jax.starter.build import ENV_FILES, load_experiment
+from spade_jax.starter.copy_test import repeat_test
 from spade_jax.tokenizer import load_tokenizer
+from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS
 
 MIN_VALID_SHARE = 0.25
 MIN_NOVEL_SHARE = 0.5
@@ -117,6 +120,7 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
   texts = texts[:designs]
   tokenizer = load_tokenizer(directory)
   model = from_pretrained(directory, dtype="float32")
+  copying = repeat_test(model, len(CHAT_SPECIAL_TOKENS))  # reported, not a gate
   training = {variants.normalise_source(s.source) for s in load_seed_library(settings.setting)}
   training |= {variants.normalise_source(e.source) for e in run.seed_entries(settings)}
   for name in ENV_FILES.values():
@@ -140,4 +144,4 @@ def check(directory: str | pathlib.Path, *, passages: str | None = None, designs
            "agent_above_random": agent["mean"] > baseline["mean"],
            "hint_above_no_hint": agent["hint"] > agent["no_hint"]}
   return {"dir": str(directory), "designer": design, "agent": agent, "random_agent": baseline,
-          "gates": gates, "passed": all(gates.values())}
+          "copying": copying, "gates": gates, "passed": all(gates.values())}
