@@ -134,10 +134,15 @@ class Embed(nnx.Module):
     return logits.reshape(b, t, -1)
 
 
+def rope_frequencies(head_dim: int, theta: float) -> jax.Array:
+  """RoPE's angular frequencies [Hd/2] in fp32, highest first (radians a position)."""
+  return 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+
+
 def rope_cos_sin(positions: jax.Array, head_dim: int,
                  theta: float) -> tuple[jax.Array, jax.Array]:
   """cos/sin tables [B, T, Hd] in fp32, laid out like Hugging Face (frequencies repeated twice)."""
-  inv_freq = 1.0 / (theta ** (jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim))
+  inv_freq = rope_frequencies(head_dim, theta)
   freqs = positions.astype(jnp.float32)[..., None] * inv_freq[None, None, :]  # [B, T, Hd/2]
   emb = jnp.concatenate([freqs, freqs], axis=-1)  # [B, T, Hd]
   return jnp.cos(emb), jnp.sin(emb)

@@ -39,7 +39,7 @@ from spade_jax.starter.copy_test import repeat_test
 from spade_jax.starter.lm_step import batch_multiple
 from spade_jax.starter.train_stage import StageSettings, train
 from spade_jax.tokenizer import load_tokenizer
-from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS, ENDOFTEXT
+from spade_jax.tokenizer.base import ENDOFTEXT
 
 STAGES = ("tokenizer", "envs", "pretrain", "sft", "export")
 # The fine-tuning set: seed-game variants (agent episodes) and minigames (design targets, the
@@ -230,7 +230,7 @@ class Build:
       save_pretrained(model, self.stages / "pretrain_model")
     return {**result, "windows": int(plan.windows.shape[0]),
             "tokens_per_step": plan.tokens_per_step(), "copy_circuit": circuit,
-            "copying": _copying(model)}
+            "copying": repeat_test(model)}
 
   def _sft(self) -> dict[str, Any]:
     examples, roles = self._examples()
@@ -249,7 +249,7 @@ class Build:
                    deadline=self.deadline)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "sft_model")
-    return {**result, "copying": _copying(model), "examples": roles, "kept": len(plan.tokens),
+    return {**result, "copying": repeat_test(model), "examples": roles, "kept": len(plan.tokens),
             "batches": len(plan.batches)}
 
   def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
@@ -291,11 +291,6 @@ class Build:
 
   def _mesh(self):
     return make_mesh(self.experiment.mesh_shape)
-
-
-def _copying(model) -> dict[str, float]:
-  """The repeat test (copy_test) on ordinary tokens: the ids after the control tokens."""
-  return repeat_test(model, len(CHAT_SPECIAL_TOKENS))
 
 
 def _save_npz(path: pathlib.Path, **arrays: np.ndarray) -> None:

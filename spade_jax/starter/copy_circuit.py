@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.optimize import linprog
 
+from spade_jax.model.layers import rope_frequencies
 from spade_jax.model.qwen3 import Qwen3
 
 
@@ -53,8 +54,7 @@ def previous_token_rope(head_dim: int, theta: float, span: int, pairs: int
   sum_i w_i cos((d - 1) f_i) over distances d in [0, span) is largest at d = 1, ahead of
   every other distance by `margin` (maximised by a linear programme; sum w = 1, w >= 0).
   """
-  freqs = 1.0 / theta ** (np.arange(0, head_dim, 2) / head_dim)
-  freqs = freqs[:pairs]
+  freqs = np.asarray(rope_frequencies(head_dim, theta), np.float64)[:pairs]  # the model's own
   distances = np.r_[0, 2:span]
   gaps = 1.0 - np.cos(np.outer(distances - 1, freqs))  # [D, P]: score(1) - score(d) per pair
   objective = np.r_[np.zeros(pairs), -1.0]  # variables [w, margin]; maximise the margin
@@ -156,11 +156,12 @@ def _head(attn, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,
   Only the group's first query head writes to the stream (the others share its keys).
   """
   group = q.shape[1]
+  outs = np.zeros((group,) + out.shape)  # [G, Hd, D]
+  outs[0] = out
   edits = ((attn.q_proj.kernel, (slice(None), slice(0, group)), q),
            (attn.k_proj.kernel, (slice(None), 0), k),
            (attn.v_proj.kernel, (slice(None), 0), v),
-           (attn.o_proj.kernel, (slice(0, group),), np.concatenate(
-               [out[None], np.zeros((group - 1,) + out.shape)])))
+           (attn.o_proj.kernel, slice(0, group), outs))
   for param, where, value in edits:
     array = np.array(param.value, np.float32)
     array[where] = value

@@ -12,12 +12,17 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spade_jax.tokenizer.base import CHAT_SPECIAL_TOKENS
 
-def repeat_test(model: nnx.Module, first_id: int, *, rows: int = 8, length: int = 64,
-                seed: int = 0) -> dict[str, float]:
+# The project's tokenizers give the control tokens the first ids (starter.tokenizer_train).
+FIRST_ORDINARY_ID = len(CHAT_SPECIAL_TOKENS)
+
+
+def repeat_test(model: nnx.Module, first_id: int = FIRST_ORDINARY_ID, *, rows: int = 8,
+                length: int = 64, seed: int = 0) -> dict[str, float]:
   """Mean next-token NLL on the first and the repeated copy, and top-1 on the repeat.
 
-  Tokens are drawn from [first_id, vocab_size): pass the first id after the special tokens.
+  Tokens are drawn from [first_id, vocab_size): by default the ids after the control tokens.
   """
   vocab = model.cfg.vocab_size
   if not 0 <= first_id < vocab:
