@@ -74,6 +74,7 @@ class BuildSize:
   compute_dtype: str = "auto"
   designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
   variant_resets: int = 1  # reset seeds a seed-game variant's oracle episodes are played at
+  sft_copy_rows: int = 0  # copy rows among the fine-tuning examples (sft_data.copy_examples)
   # Write a previous-token and an induction head into the random model before pretraining
   # (starter.copy_circuit): copying does not form on its own in a CPU build's tokens.
   copy_circuit: bool = True
@@ -85,7 +86,8 @@ SIZES: dict[str, BuildSize] = {
         pretrain_rows=8, pretrain=StageSettings(num_steps=240, learning_rate=2e-3,
                                                 warmup_steps=20, save_every=20),
         env_count=320, minigame_count=360, sft_tokens_per_step=16_384, sft_epochs=3,
-        sft_learning_rate=2e-3, sft_bucket_step=512, designer_per_env=4, variant_resets=2),
+        sft_learning_rate=2e-3, sft_bucket_step=512, designer_per_env=4, variant_resets=2,
+        sft_copy_rows=1200),
     # The CI test's starter, built with --config starter_ci (one skill: the `guess`
     # minigames): a model that copies a minigame's edit token-perfect after a few hundred
     # short fine-tuning steps, in minutes of 2 CPU cores (bench/RESULTS.md).
@@ -253,7 +255,8 @@ class Build:
             "batches": len(plan.batches)}
 
   def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
-    """Designer and agent examples (cached in sft_examples.jsonl: playing them takes time)."""
+    """Designer, agent and copy examples (cached in sft_examples.jsonl: playing the agent's
+    takes time)."""
     cache = self.stages / "sft_examples.jsonl"
     if not cache.is_file():
       tok = self.tokenizer()
@@ -266,7 +269,9 @@ class Build:
                                            max_chars=self.experiment.corpus.max_chars)
                 + sft_data.agent_examples(seed_variants, tok, self.settings, pool,
                                           seed=self.seed, resets=self.size.variant_resets)
-                + sft_data.agent_examples(games, tok, self.settings, pool, seed=self.seed))
+                + sft_data.agent_examples(games, tok, self.settings, pool, seed=self.seed)
+                + sft_data.copy_examples(self.cfg.vocab_size, self.size.sft_copy_rows,
+                                         seed=self.seed))
       finally:
         pool.close()
       tmp = cache.with_suffix(".tmp")

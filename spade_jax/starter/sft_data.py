@@ -13,6 +13,11 @@ place of the model): prompts, observation turns and the loss mask (1 on replies 
 the loop's, for both arms. A share of imperfect episodes (a wrong action played before the
 right one or in its place, or the last one left out) comes with them; every return is the
 sandbox's.
+
+Copy rows: random ordinary tokens followed by the same span again, loss on the repeat. They
+keep the induction circuit that the build writes and pretraining keeps (starter.copy_circuit)
+alive through fine-tuning, which without them wipes it out (bench/RESULTS.md, "The starter
+cannot copy"); the agent needs it to copy an action word from the observation.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from spade_jax.selfplay.episodes import EpisodeSettings, EpisodeSpec, play_episo
 from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 from spade_jax.selfplay.seeding import derive_rng, derive_seed
 from spade_jax.selfplay.timing import Timings
+from spade_jax.starter.copy_test import FIRST_ORDINARY_ID
 from spade_jax.starter.passages import heldout_passages, split_documents, train_passages
 from spade_jax.starter.variants import VariantEnv
 
@@ -39,15 +45,15 @@ ARMS = ("no_hint", "hint")
 IMPERFECT_TRIES = 3  # corruptions tried per imperfect episode before it is given up
 CHUNK = 64  # episodes live in the sandbox at once
 
-__all__ = ["SFTExample", "agent_examples", "designer_examples", "heldout_passages",
-           "train_passages"]
+__all__ = ["SFTExample", "agent_examples", "copy_examples", "designer_examples",
+           "heldout_passages", "train_passages"]
 
 
 @dataclasses.dataclass(frozen=True)
 class SFTExample:
   tokens: list[int]  # the whole token sequence (chat-formatted)
   loss_mask: list[int]  # 1 on target tokens (what the model must learn to emit), else 0
-  role: str  # "designer" | "agent"
+  role: str  # "designer" | "agent" | "copy"
   meta: dict  # uid, base, category; designer: passage_id, memory; agent: arm, kind, return
 
 
@@ -141,6 +147,23 @@ def designer_examples(envs: Sequence[VariantEnv], tokenizer, settings: SelfPlayC
 
 def _memory_uid(memory: EnvMemory, view) -> str:
   return next(e.uid for e in memory.entries if e.view() == view)
+
+
+def copy_examples(vocab_size: int, count: int, *, seed: int = 0, min_span: int = 24,
+                  max_span: int = 120) -> list[SFTExample]:
+  """`count` copy rows: a span of random ordinary tokens (length drawn from [min_span,
+  max_span]) then the same span again, loss on the repeat (its first token excepted, which
+  nothing predicts). Drawn apart from `copy_test.repeat_test`'s rows, which stay unseen."""
+  if not 2 <= min_span <= max_span:
+    raise ValueError(f"copy spans [{min_span}, {max_span}]: expected 2 <= min_span <= max_span")
+  rng = derive_rng(seed, "starter-copy-rows")
+  out = []
+  for _ in range(count):
+    span = rng.integers(FIRST_ORDINARY_ID, vocab_size, int(rng.integers(min_span, max_span + 1)))
+    tokens = [int(t) for t in span] * 2
+    mask = [0] * (len(span) + 1) + [1] * (len(span) - 1)
+    out.append(SFTExample(tokens, mask, "copy", {"span": len(span)}))
+  return out
 
 
 # ------------------------------------------------------------------------------ agent

@@ -4,6 +4,7 @@ import collections
 import dataclasses
 import itertools
 
+import numpy as np
 import pytest
 
 from spade_jax.engine.api import SamplingParams
@@ -17,6 +18,8 @@ from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.prompts import MemoryView
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import passages, sft_data, variants
+from spade_jax.starter.batches import BucketPlan
+from spade_jax.starter.copy_test import FIRST_ORDINARY_ID
 from spade_jax.tokenizer import load_tokenizer
 
 # The tiny tokenizer spends about one token per character of Python (STACK_NOTES).
@@ -195,3 +198,37 @@ def test_oracle_actions_through_the_split_pool_go_to_the_episode_owner(pool, env
   with pytest.raises(KeyError, match="never reset"):
     split.oracle_actions(["gone"])
   split.close_episodes(["a"])
+
+
+# ------------------------------------------------------------------------------ copy rows
+def test_copy_rows_put_the_loss_on_exactly_the_tokens_a_copy_predicts():
+  rows = sft_data.copy_examples(512, 40, seed=3, min_span=8, max_span=30)
+  assert [r.tokens for r in rows] == [r.tokens for r in sft_data.copy_examples(512, 40, seed=3,
+                                                                              min_span=8,
+                                                                              max_span=30)]
+  plan = BucketPlan.build([(r.tokens, r.loss_mask) for r in rows], max_length=64,
+                          tokens_per_step=64 * 40, min_bucket=64, bucket_step=64)
+  arrays = plan.arrays(0)
+  tokens, weights = arrays["tokens"][0], arrays["weights"][0]  # [R, 64]
+  for r, i in enumerate(plan.batches[0]):
+    span = rows[i].meta["span"]
+    assert 8 <= span <= 30 and len(rows[i].tokens) == 2 * span
+    assert min(rows[i].tokens) >= FIRST_ORDINARY_ID and max(rows[i].tokens) < 512
+    targets = np.flatnonzero(weights[r])
+    # Each weighted target t is the token one span back, and its predecessor is too: an
+    # induction head predicts it. The repeat's first token (nothing predicts it) is left out.
+    assert list(targets) == list(range(span + 1, 2 * span))
+    assert all(tokens[r, t] == tokens[r, t - span] and tokens[r, t - 1] == tokens[r, t - 1 - span]
+               for t in targets)
+
+
+def test_copy_rows_are_not_the_repeat_tests_rows():
+  test_rows = np.random.default_rng(0).integers(FIRST_ORDINARY_ID, 4096, (8, 64))
+  prefixes = {tuple(row[:8]) for row in test_rows}
+  rows = sft_data.copy_examples(4096, 500, seed=0)
+  assert not prefixes & {tuple(r.tokens[:8]) for r in rows}
+
+
+def test_copy_spans_that_cannot_be_copied_are_one_clear_error():
+  with pytest.raises(ValueError, match=r"copy spans \[1, 4\]: expected 2 <= min_span <= max_span"):
+    sft_data.copy_examples(512, 1, min_span=1, max_span=4)
