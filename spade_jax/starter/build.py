@@ -227,7 +227,7 @@ class Build:
     model = random_model(self.cfg, seed=self.seed)
     circuit = copy_circuit.install(model, self.seed) if self.size.copy_circuit else None
     result = train("pretrain", model, plan, self.size.pretrain, self.stages / "pretrain", mesh,
-                   progress=self.progress, deadline=self.deadline)
+                   progress=self.progress, deadline=self.deadline, probe=repeat_test)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "pretrain_model")
     return {**result, "windows": int(plan.windows.shape[0]),
@@ -248,7 +248,7 @@ class Build:
     model = from_pretrained(self.stages / "pretrain_model", dtype="float32",
                             compute_dtype=self.cfg.compute_dtype)
     result = train("sft", model, plan, stage, self.stages / "sft", mesh, progress=self.progress,
-                   deadline=self.deadline)
+                   deadline=self.deadline, probe=repeat_test)
     if not result["stopped_early"]:
       save_pretrained(model, self.stages / "sft_model")
     return {**result, "copying": repeat_test(model), "examples": roles, "kept": len(plan.tokens),

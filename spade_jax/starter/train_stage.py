@@ -3,7 +3,8 @@
 Kill it at any point and run it again: it restores the newest intact orbax checkpoint
 (params, optimiser state, step; `rl.checkpoint.CheckpointManager`) and continues at that
 step, whose batch the plan gives again (the data position is the step index). A progress bar
-shows the step, loss, tokens a second and the ETA; every step appends a line to log.jsonl.
+shows the step, loss, tokens a second and the ETA; every step appends a line to log.jsonl,
+and a saved step's line the result of an optional probe of the model (the build's repeat test).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import jax
@@ -52,10 +54,12 @@ class StageSettings:
 
 def train(name: str, model: nnx.Module, plan: Plan, settings: StageSettings,
           directory: str | pathlib.Path, mesh: Mesh | None = None, *, progress: bool = True,
-          deadline: float | None = None) -> dict[str, Any]:
+          deadline: float | None = None,
+          probe: Callable[[nnx.Module], dict[str, Any]] | None = None) -> dict[str, Any]:
   """Trains `model` in place for the stage's steps (from its last checkpoint); a summary.
 
   `deadline` (time.time()) stops the stage early at a saved step; the summary says so.
+  `probe(model)` runs at each saved step; its result is that step's "probe" in log.jsonl.
   """
   directory = pathlib.Path(directory)
   checkpoints = CheckpointManager(directory / "checkpoints", save_every=settings.save_every,
@@ -87,12 +91,16 @@ def train(name: str, model: nnx.Module, plan: Plan, settings: StageSettings,
       if step > start:  # the first step of a run includes compilation
         tokens, seconds = tokens + count, seconds + elapsed
       losses.append(metrics["loss"])
-      log.write(json.dumps({"step": step + 1, **metrics, "tokens": count, "s": elapsed}) + "\n")
-      log.flush()
       last = step + 1 == settings.num_steps
       late = deadline is not None and time.time() > deadline
-      checkpoints.save(step + 1, params, opt_state, None, {"tokens": count},
-                       force=last or late)
+      saved = checkpoints.save(step + 1, params, opt_state, None, {"tokens": count},
+                               force=last or late)
+      row = {"step": step + 1, **metrics, "tokens": count, "s": elapsed}
+      if saved and probe is not None:
+        nnx.update(model, params)
+        row["probe"] = probe(model)
+      log.write(json.dumps(row) + "\n")
+      log.flush()
       bar.update(1)
       bar.set_postfix(loss=f"{metrics['loss']:.3f}", tok_s=f"{tokens / max(seconds, 1e-9):.0f}")
       if late and not last:

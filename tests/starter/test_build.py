@@ -85,6 +85,9 @@ def test_build_resumes_after_sigkill_and_loads_in_transformers(ci_build):
   assert [r["step"] for r in second] == list(range(resumed + 1, 41))
   if resumed + 1 in first_losses:  # the same params and the same batch: the same loss
     np.testing.assert_allclose(second[0]["loss"], first_losses[resumed + 1], rtol=1e-6)
+  # The repeat test runs at each saved step (and only there); the last is the final model's.
+  assert [r["step"] for r in second if "probe" in r] == list(range(resumed + 10, 41, 10))
+  assert second[-1]["probe"] == summary["pretrain"]["copying"]
   examples = [json.loads(x) for x in
               (out / "stages" / "sft_examples.jsonl").read_text().splitlines()][:6]
   # Fine-tuning taught its examples: their target loss fell from the pretrained model's.
