@@ -17,7 +17,7 @@ from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.prompts import MemoryView
 from spade_jax.selfplay.timing import Timings
-from spade_jax.starter import passages, sft_data, variants
+from spade_jax.starter import copy_test, passages, sft_data, variants
 from spade_jax.starter.batches import BucketPlan
 from spade_jax.starter.copy_test import FIRST_ORDINARY_ID
 from spade_jax.tokenizer import load_tokenizer
@@ -223,8 +223,7 @@ def test_copy_rows_put_the_loss_on_exactly_the_tokens_a_copy_predicts():
 
 
 def test_copy_rows_are_not_the_repeat_tests_rows():
-  test_rows = np.random.default_rng(0).integers(FIRST_ORDINARY_ID, 4096, (8, 64))
-  prefixes = {tuple(row[:8]) for row in test_rows}
+  prefixes = {tuple(row[:8]) for row in copy_test.repeat_rows(4096)}
   rows = sft_data.copy_examples(4096, 500, seed=0)
   assert not prefixes & {tuple(r.tokens[:8]) for r in rows}
 
