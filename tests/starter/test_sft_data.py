@@ -19,7 +19,6 @@ from spade_jax.selfplay.prompts import MemoryView
 from spade_jax.selfplay.timing import Timings
 from spade_jax.starter import copy_test, passages, sft_data, variants
 from spade_jax.starter.batches import BucketPlan
-from spade_jax.starter.copy_test import FIRST_ORDINARY_ID
 from spade_jax.tokenizer import load_tokenizer
 
 # The tiny tokenizer spends about one token per character of Python (STACK_NOTES).
@@ -213,7 +212,7 @@ def test_copy_rows_put_the_loss_on_exactly_the_tokens_a_copy_predicts():
   for r, i in enumerate(plan.batches[0]):
     span = rows[i].meta["span"]
     assert 8 <= span <= 30 and len(rows[i].tokens) == 2 * span
-    assert min(rows[i].tokens) >= FIRST_ORDINARY_ID and max(rows[i].tokens) < 512
+    assert min(rows[i].tokens) >= copy_test.FIRST_ORDINARY_ID and max(rows[i].tokens) < 512
     targets = np.flatnonzero(weights[r])
     # Each weighted target t is the token one span back, and its predecessor is too: an
     # induction head predicts it. The repeat's first token (nothing predicts it) is left out.
