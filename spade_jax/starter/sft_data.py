@@ -10,9 +10,13 @@ Agent: each environment is reset in the sandbox pool, its `oracle_actions()` rea
 (`SandboxPool.oracle_actions`), and the actions played as scripted replies in the action
 format through the loop's episode runner (`episodes.play_episodes`, with a `FakeEngine` in
 place of the model): prompts, observation turns and the loss mask (1 on replies only) are
-the loop's, for both arms. A share of imperfect episodes (a wrong action played before the
-right one or in its place, or the last one left out) comes with them; every return is the
-sandbox's.
+the loop's, for both arms. A reply puts a space between the tag and the action (`ACTION_LEAD`,
+which the loop's parser strips): the byte-level BPE then cuts the action word into the pieces
+that the observation's "Actions: word ..." has, so the reply can copy them; glued to the tag
+the word is other pieces ("<action>guess" is g|uess against the observation's " guess"), a
+gap that only spelling bridges, and a model this small cannot spell. A share of imperfect
+episodes (a wrong action played before the right one or in its place, or the last one left
+out) comes with them; every return is the sandbox's.
 
 Copy rows: random ordinary tokens followed by the same span again, loss on the repeat. They
 keep the induction circuit that the build writes and pretraining keeps (starter.copy_circuit)
@@ -44,6 +48,7 @@ log = logging.getLogger(__name__)
 ARMS = ("no_hint", "hint")
 IMPERFECT_TRIES = 3  # corruptions tried per imperfect episode before it is given up
 CHUNK = 64  # episodes live in the sandbox at once
+ACTION_LEAD = " "  # before the action inside the reply's tag (module doc)
 
 __all__ = ["SFTExample", "agent_examples", "copy_examples", "designer_examples",
            "heldout_passages", "train_passages"]
@@ -223,7 +228,7 @@ def _play(pool, tokenizer, settings: SelfPlayConfig, specs: list[EpisodeSpec],
     key = cid[1]
     n = turn.get(key, 0)
     turn[key] = n + 1
-    text = replies.format_action(settings.action_format, plans[key][n])
+    text = replies.format_action(settings.action_format, ACTION_LEAD + plans[key][n])
     return tokenizer.encode(text) + [tokenizer.eos_id]
 
   params = dataclasses.replace(settings.agent_sampling, stop_token_ids=tuple(tokenizer.stop_ids))

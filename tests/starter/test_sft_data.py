@@ -142,7 +142,7 @@ def test_agent_examples_play_the_oracle_in_the_sandbox_in_the_loop_format(tokeni
     for action in ex.meta["actions"][:ex.meta["turns"]]:
       (rec,) = pool.step([("replay", action)])
       total += rec.reward
-      reply_ids.append(tokenizer.encode(f"<action>{action}</action>") + [tokenizer.eos_id])
+      reply_ids.append(tokenizer.encode(f"<action> {action}</action>") + [tokenizer.eos_id])
       if rec.done:
         break
     pool.close_episodes(["replay"])
@@ -150,6 +150,30 @@ def test_agent_examples_play_the_oracle_in_the_sandbox_in_the_loop_format(tokeni
     runs = _segments(ex.loss_mask)
     assert [ex.tokens[a:b] for a, b in runs] == reply_ids  # loss on the replies only
     assert ("Privileged hint" in tokenizer.decode(head)) == (hint is not None)
+
+
+def _holds(ids, part):
+  return any(ids[i:i + len(part)] == part for i in range(len(ids) - len(part) + 1))
+
+
+def test_an_agent_reply_writes_the_action_word_in_the_pieces_of_the_observation(tokenizer, envs,
+                                                                                pool):
+  examples = sft_data.agent_examples(envs, tokenizer, SETTINGS, pool, imperfect_share=0.0)
+  shown = 0
+  for ex in examples:
+    env = next(e for e in envs if e.uid == ex.meta["uid"])
+    (first,) = pool.reset([("look", env.source, ex.meta["reset_seed"])])
+    pool.close_episodes(["look"])
+    word = " " + ex.meta["actions"][0].split()[0]
+    if word not in first.observation:  # coins name their action only in the parse error
+      continue
+    shown += 1
+    pieces = tokenizer.encode(word)
+    reply = ex.tokens[ex.loss_mask.index(1):]
+    prompt = ex.tokens[:ex.loss_mask.index(1)]
+    assert reply[len(tokenizer.encode("<action>")):][:len(pieces)] == pieces
+    assert _holds(prompt, pieces)  # the reply's first pieces can be copied from the prompt
+  assert shown >= 4
 
 
 def test_oracle_episodes_at_more_reset_seeds_differ_in_their_reset(tokenizer, envs, pool):
