@@ -169,8 +169,8 @@ def test_an_agent_reply_writes_the_action_word_in_the_pieces_of_the_observation(
       continue
     shown += 1
     pieces = tokenizer.encode(word)
-    reply = ex.tokens[ex.loss_mask.index(1):]
-    prompt = ex.tokens[:ex.loss_mask.index(1)]
+    start = ex.loss_mask.index(1)  # the first reply token
+    prompt, reply = ex.tokens[:start], ex.tokens[start:]
     assert reply[len(tokenizer.encode("<action>")):][:len(pieces)] == pieces
     assert _holds(prompt, pieces)  # the reply's first pieces can be copied from the prompt
   assert shown >= 4
