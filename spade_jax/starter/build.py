@@ -203,15 +203,15 @@ class Build:
     return load_tokenizer(self.stages / "tokenizer")
 
   def _envs(self) -> dict[str, Any]:
-    counts = {}
+    counts, words = {}, variants.action_words(self.tokenizer())
     for kind, count in (("variants", self.size.env_count),
                         ("minigames", self.size.minigame_count)):
       envs = variants.build_env_set(self.stages / ENV_FILES[kind], count=count, seed=self.seed,
                                     num_workers=self.experiment.sandbox.num_workers,
                                     progress=self.progress, kind=kind,
-                                    categories=self.settings.skills)
+                                    categories=self.settings.skills, words=words)
       counts[kind] = len(envs)
-    return {"count": counts}
+    return {"count": counts, "action_words": len(words)}
 
   def _pretrain(self) -> dict[str, Any]:
     tok = self.tokenizer()

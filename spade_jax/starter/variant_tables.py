@@ -12,6 +12,7 @@ Plain Python: this module never imports jax or the model.
 from __future__ import annotations
 
 import dataclasses
+import re
 
 Edit = tuple[str, str]  # (text that occurs exactly once, its replacement)
 
@@ -214,10 +215,10 @@ ACTION_VERBS = {
     "coins": ("weigh", "answer"), "switches": ("answer",), "sorting": ("compare", "answer"),
 }
 KEEP_VERB = 0.25  # the chance that an action word stays the seed's own
-# A drawn word is a made-up one (variants.nonce_word): syllables of these, two or three, then
-# an optional coda. A pool of real verbs taught the agent to guess pool verbs instead of
-# reading the word (bench/RESULTS.md, 2026-12-04); a fresh word cannot be guessed, only read.
-NONCE_ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br",
-                "dr", "gl", "gr", "kl", "pl", "pr", "sk", "sl", "sn", "st", "tr", "zw")
-NONCE_VOWELS = ("a", "e", "i", "o", "u", "ai", "oo")
-NONCE_CODAS = ("", "", "k", "l", "m", "n", "p", "r", "sh", "t", "x")
+# A drawn word is a whole vocabulary piece of the build's tokenizer: ` word` (space, then
+# ACTION_WORD) spelt as one token (variants.action_words). A pool of real verbs taught the agent
+# to guess pool verbs; made-up words split into a few shared onset pieces (` d`, ` g`, ` br`)
+# that the agent learned to guess instead of reading the word (bench/RESULTS.md, 2026-12-04
+# and -05). Among thousands of one-piece words the first piece can only be read, not guessed.
+ACTION_WORD = re.compile(r"[a-z]{4,10}")
+MIN_ACTION_WORDS = 500  # a smaller pool would let the agent guess again

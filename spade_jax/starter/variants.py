@@ -17,7 +17,8 @@ batches through `SandboxPool(require_oracle=True)` (every guard on), and appends
 ones to a JSONL file (env_set.py); a rerun reads the file and goes on, so the set is always
 the first `count` valid candidates of the stream. Run it once:
 
-  python -m spade_jax.starter.variants --out /tmp/envset.jsonl --count 320
+  python -m spade_jax.starter.variants --out /tmp/envset.jsonl --count 320 \
+      --tokenizer runs/starter/stages/tokenizer
 
 Plain Python: this module never imports jax or the model.
 """
@@ -45,14 +46,15 @@ from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.starter import variant_tables as tables
 from spade_jax.starter.env_set import VariantEnv, append_env_set, read_env_set
+from spade_jax.tokenizer import Tokenizer, load_tokenizer
 
 MAX_INDEX = 400  # candidates per seed game before the stream gives up on it
 BATCH = 16  # candidates per validation call
 RETRIED_RULES = ("time", "infra")  # a load-dependent rejection is validated once more
 _MAX_TURNS = re.compile(r"^(\s+max_turns = )(\d+)$", re.MULTILINE)
 
-__all__ = ["VariantEnv", "build_env_set", "candidates", "load_env_set", "minigame_candidates",
-           "normalise_source"]
+__all__ = ["VariantEnv", "action_words", "build_env_set", "candidates", "load_env_set",
+           "minigame_candidates", "normalise_source"]
 
 
 def normalise_source(source: str) -> str:
@@ -86,8 +88,10 @@ def _class_name(source: str) -> str:
   return next(n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
 
 
-def candidate(seed_env: SeedEnv, index: int, seed: int = 0) -> VariantEnv:
-  """Candidate `index` of a seed game: one alternative per knob, drawn from (seed, game, index).
+def candidate(seed_env: SeedEnv, index: int, seed: int = 0, *, words: Sequence[str]
+              ) -> VariantEnv:
+  """Candidate `index` of a seed game: one alternative per knob, drawn from (seed, game, index),
+  and its action words from `words` (action_words).
 
   Every candidate changes at least one rule knob or the level, so none is the seed renamed.
   """
@@ -117,31 +121,45 @@ def candidate(seed_env: SeedEnv, index: int, seed: int = 0) -> VariantEnv:
     source = source.replace(phrases[0], rng.choice(phrases))
   if level:
     source = at_level(source, level)
-  source, hint = rename_verbs(source, hint, _verb_draw(name, source, hint, rng))
+  source, hint = rename_verbs(source, hint, _verb_draw(name, source, hint, rng, words))
   return VariantEnv(f"v/{name}/{index}", name, seed_env.category, source, hint)
 
 
-def _verb_draw(name: str, source: str, hint: str, rng: random.Random) -> dict[str, str]:
+def _verb_draw(name: str, source: str, hint: str, rng: random.Random,
+               words: Sequence[str]) -> dict[str, str]:
   """Each action word of the game -> its word in this variant (tables.ACTION_VERBS): the seed's
-  own with p = KEEP_VERB, else a made-up word found nowhere in the source, the hint or a
-  held-out game, and no two action words become one."""
+  own with p = KEEP_VERB, else a word of `words` (action_words) found nowhere in the source,
+  the hint or a held-out game, and no two action words become one."""
   taken = _words(source + " " + hint) | _held_out_words()
   renames = {}
   for verb in tables.ACTION_VERBS[name]:
     if rng.random() >= tables.KEEP_VERB:
-      renames[verb] = nonce_word(rng, taken)
+      free = [w for w in words if w not in taken]
+      if not free:
+        raise ValueError(f"action words: all {len(words)} are taken by {name}'s source, hint "
+                         "or the held-out games")
+      renames[verb] = rng.choice(free)
       taken.add(renames[verb])
   return renames
 
 
-def nonce_word(rng: random.Random, taken: set[str]) -> str:
-  """A pronounceable made-up word of 2-3 syllables (tables.NONCE_*) that is not in `taken`."""
-  while True:
-    syllables = rng.choice((2, 2, 3))
-    word = "".join(rng.choice(tables.NONCE_ONSETS) + rng.choice(tables.NONCE_VOWELS)
-                   for _ in range(syllables)) + rng.choice(tables.NONCE_CODAS)
-    if word not in taken:
-      return word
+def action_words(tok: Tokenizer) -> tuple[str, ...]:
+  """The words a variant may draw for an action (sorted): every vocabulary piece that decodes
+  to a space and a tables.ACTION_WORD, and that the tokenizer spells back as that one piece,
+  less the held-out games' words. One piece each, so that a reply's first action token can
+  only be copied from the observation, never predicted from what such words share."""
+  held_out = _held_out_words()
+  words = set()
+  for token_id in range(tok.vocab_size):
+    text = tok.decode([token_id])
+    word = text[1:]
+    if (text[:1] == " " and tables.ACTION_WORD.fullmatch(word) and word not in held_out
+        and tok.encode(text) == [token_id]):
+      words.add(word)
+  if len(words) < tables.MIN_ACTION_WORDS:
+    raise ValueError(f"tokenizer: {len(words)} one-piece words can be action words, expected at "
+                     f"least {tables.MIN_ACTION_WORDS} (a larger vocabulary)")
+  return tuple(sorted(words))
 
 
 @functools.cache
@@ -200,8 +218,10 @@ def train_seeds() -> list[SeedEnv]:
   return load_seed_library(kind="games", split="train")
 
 
-def candidates(seed: int = 0, categories: Sequence[str] | None = None) -> Iterator[VariantEnv]:
-  """The deterministic candidate stream: index 0 of every seed game, then index 1, ...
+def candidates(seed: int = 0, categories: Sequence[str] | None = None, *, words: Sequence[str]
+               ) -> Iterator[VariantEnv]:
+  """The deterministic candidate stream: index 0 of every seed game, then index 1, ...; action
+  words are drawn from `words` (action_words).
 
   A candidate whose normalised source equals a seed's or an earlier candidate's is skipped.
   categories, when given, keeps the seed games of those skill categories only.
@@ -211,7 +231,7 @@ def candidates(seed: int = 0, categories: Sequence[str] | None = None) -> Iterat
   kept = [s for s in seeds if categories is None or s.category in categories]
   for index in range(MAX_INDEX):
     for seed_env in kept:
-      env = candidate(seed_env, index, seed)
+      env = candidate(seed_env, index, seed, words=words)
       key = normalise_source(env.source)
       if key not in seen:
         seen.add(key)
@@ -263,9 +283,11 @@ def load_env_set(path: str | os.PathLike) -> list[VariantEnv]:
 def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 0,
                   num_workers: int = SandboxConfig.num_workers, progress: bool = True,
                   stats: dict | None = None, kind: str = "variants",
-                  categories: Sequence[str] | None = None) -> list[VariantEnv]:
-  """The first `count` valid candidates of the `kind` stream (`candidates` or
-  `minigame_candidates`, of `categories` when given), written to and resumed from `out_path`.
+                  categories: Sequence[str] | None = None,
+                  words: Sequence[str] | None = None) -> list[VariantEnv]:
+  """The first `count` valid candidates of the `kind` stream (`candidates`, whose action words
+  come from `words`, or `minigame_candidates`; of `categories` when given), written to and
+  resumed from `out_path`.
 
   stats, when given, is filled with {"validated", "reused", "rejected": {rule: n}}.
   """
@@ -276,7 +298,10 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
   unknown = sorted(set(categories or ()) - set(GAME_CATEGORIES))
   if unknown:
     raise ValueError(f"categories {unknown}: expected some of {GAME_CATEGORIES}")
-  stream = (candidates if kind == "variants" else minigame_candidates)(seed, categories)
+  if kind == "variants" and not words:
+    raise ValueError("variants need action words (action_words of the build's tokenizer)")
+  stream = (candidates(seed, categories, words=words) if kind == "variants"
+            else minigame_candidates(seed, categories))
   start, pool = time.monotonic(), None
   try:
     while len(envs) < count:
@@ -331,14 +356,18 @@ def main(argv: list[str] | None = None) -> int:
                       help="seed-game variants or minigames (envs/minigames.py)")
   parser.add_argument("--categories", default=None,
                       help="comma-separated skill categories to keep (all when left out)")
+  parser.add_argument("--tokenizer", default=None,
+                      help="tokenizer whose one-piece words the variants' action words are drawn "
+                           "from (a build's stages/tokenizer); needed for --kind variants")
   args = parser.parse_args(argv)
   categories = args.categories.split(",") if args.categories else None
   start, stats = time.monotonic(), {}
   try:
+    words = action_words(load_tokenizer(args.tokenizer)) if args.tokenizer else None
     envs = build_env_set(args.out, count=args.count, seed=args.seed,
                          num_workers=args.num_workers, stats=stats, kind=args.kind,
-                         categories=categories)
-  except ValueError as err:  # an unknown category, or a set file of another build
+                         categories=categories, words=words)
+  except (ValueError, FileNotFoundError) as err:  # a bad category, tokenizer or set file
     print(f"error: {err}", file=sys.stderr)
     return 2
   per_seed = collections.Counter(e.base for e in envs)

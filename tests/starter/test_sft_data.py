@@ -31,8 +31,8 @@ def tokenizer():
 
 
 @pytest.fixture(scope="module")
-def envs():
-  stream = variants.candidates(0)
+def envs(words):
+  stream = variants.candidates(0, words=words)
   return [next(e for e in stream if e.base == b) for b in ("mastermind", "bridge", "coins",
                                                            "pancakes")]
 

@@ -3,7 +3,6 @@
 import collections
 import itertools
 import json
-import random
 import re
 import subprocess
 import sys
@@ -13,11 +12,12 @@ import pytest
 from spade_jax.envs.library import GAME_CATEGORIES, HELDOUT_GAMES, load_seed_library
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.starter import env_set, variant_tables, variants
+from spade_jax.tokenizer import load_tokenizer
 
 
 @pytest.fixture(scope="module")
-def stream():
-  return list(itertools.islice(variants.candidates(0), 320))
+def stream(words):
+  return list(itertools.islice(variants.candidates(0, words=words), 320))
 
 
 def test_the_stream_holds_300_distinct_variants_of_the_train_games_only(stream):
@@ -48,10 +48,10 @@ def test_variants_change_rules_not_only_layout(stream):
   assert adapted and all("at most 5 flips" in e.hint for e in adapted)
 
 
-def test_the_stream_is_deterministic_per_seed(stream):
-  again = list(itertools.islice(variants.candidates(0), 40))
+def test_the_stream_is_deterministic_per_seed(stream, words):
+  again = list(itertools.islice(variants.candidates(0, words=words), 40))
   assert again == stream[:40]
-  other = list(itertools.islice(variants.candidates(1), 40))
+  other = list(itertools.islice(variants.candidates(1, words=words), 40))
   assert [e.source for e in other] != [e.source for e in stream[:40]]
 
 
@@ -66,7 +66,7 @@ def test_action_words_change_in_strings_and_hint_but_no_python_name_changes():
   assert variants.rename_verbs(sorting.source, sorting.hint, {}) == (sorting.source, sorting.hint)
 
 
-def test_most_variants_play_made_up_words_and_none_a_held_out_games_words(stream):
+def test_most_variants_play_drawn_words_and_none_a_held_out_games_words(stream, words):
   held_out = load_seed_library(kind="games", split="heldout")
   held_out_words = set().union(*(_pattern_words(g.source) for g in held_out))
   assert {"move", "accuse", "answer", "drop", "encrypt"} <= held_out_words
@@ -76,18 +76,38 @@ def test_most_variants_play_made_up_words_and_none_a_held_out_games_words(stream
     taken = _pattern_words(env.source)
     drawn = taken - seeds[env.base]
     assert not drawn & held_out_words, (env.uid, drawn & held_out_words)
+    assert drawn <= set(words), (env.uid, drawn - set(words))
     parsed += bool(taken)
     renamed += bool(drawn)
   assert parsed >= 0.8 * len(stream) and renamed >= 0.75 * parsed
 
 
-def test_made_up_words_are_fresh_pronounceable_and_deterministic():
-  rng, taken = random.Random(0), {"move", "ask"}
-  words = [variants.nonce_word(rng, taken) for _ in range(200)]
-  again = random.Random(0)
-  assert words == [variants.nonce_word(again, taken) for _ in range(200)]
-  assert not set(words) & taken and len(set(words)) >= 190
-  assert all(re.fullmatch(r"[a-z]{4,14}", w) for w in words)  # 2 x 2 letters to 3 x 4 + 2
+def test_a_drawn_word_is_one_piece_so_its_first_token_can_only_be_read(stream, words, bpe):
+  """Made-up words split into shared onset pieces (` d`, ` br`) that an agent can guess; a
+  one-piece word drawn from thousands cannot be, so the reply's first token must be copied."""
+  seeds = {s.name: _pattern_words(s.source) for s in variants.train_seeds()}
+  drawn = [w for env in stream for w in sorted(_pattern_words(env.source) - seeds[env.base])]
+  first_pieces = collections.Counter(bpe.encode(" " + w)[0] for w in drawn)
+  assert all(len(bpe.encode(" " + w)) == 1 for w in drawn)
+  assert len(drawn) >= 250 and len(first_pieces) >= 0.5 * len(drawn)
+  assert max(first_pieces.values()) <= 0.02 * len(drawn)
+
+
+def test_the_action_word_pool_is_one_piece_words_of_the_tokenizer(words, bpe, tmp_path, capsys):
+  held_out = {w.lower() for g in load_seed_library(kind="games", split="heldout")
+              for w in re.findall(r"[A-Za-z]+", g.source + " " + g.hint)}
+  assert list(words) == sorted(set(words)) and len(words) >= variant_tables.MIN_ACTION_WORDS
+  assert not set(words) & held_out
+  assert all(re.fullmatch(r"[a-z]{4,10}", w) and len(bpe.encode(" " + w)) == 1 for w in words)
+  assert variants.action_words(bpe) == words
+  with pytest.raises(ValueError, match=r"^tokenizer: \d+ one-piece words can be action words, "
+                                       r"expected at least 500"):
+    variants.action_words(load_tokenizer("tiny"))
+  with pytest.raises(ValueError, match="variants need action words"):
+    variants.build_env_set(tmp_path / "set.jsonl", count=1)
+  assert variants.main(["--out", str(tmp_path / "set.jsonl"), "--tokenizer", "tiny"]) == 2
+  assert capsys.readouterr().err.startswith("error: tokenizer: ")
+  assert not (tmp_path / "set.jsonl").exists()
 
 
 def _pattern_words(source):
@@ -96,8 +116,8 @@ def _pattern_words(source):
   return set(re.findall(r"[a-z]{3,}", " ".join(patterns).lower()))
 
 
-def test_a_variant_takes_its_drawn_word_and_not_the_seeds_in_the_sandbox():
-  env = next(e for e in variants.candidates(0)
+def test_a_variant_takes_its_drawn_word_and_not_the_seeds_in_the_sandbox(words):
+  env = next(e for e in variants.candidates(0, words=words)
              if e.base == "pancakes" and not re.search(r"\bflip\b", e.source))
   word = re.search(r"Action format: (\w+) K", env.source).group(1)
   pool = SandboxPool(num_workers=1)
@@ -109,11 +129,13 @@ def test_a_variant_takes_its_drawn_word_and_not_the_seeds_in_the_sandbox():
   assert "Invalid action" not in drawn.observation and "Invalid action" in seeds.observation
 
 
-def test_build_validates_writes_and_resumes_after_a_damaged_last_line(tmp_path, monkeypatch):
+def test_build_validates_writes_and_resumes_after_a_damaged_last_line(tmp_path, words):
   path = tmp_path / "set.jsonl"
   stats = {}
-  first = variants.build_env_set(path, count=10, num_workers=1, progress=False, stats=stats)
-  assert [e.uid for e in first] == [e.uid for e in itertools.islice(variants.candidates(0), 10)]
+  first = variants.build_env_set(path, count=10, num_workers=1, progress=False, stats=stats,
+                                 words=words)
+  assert [e.uid for e in first] == [e.uid for e in itertools.islice(
+      variants.candidates(0, words=words), 10)]
   assert stats == {"validated": 10, "reused": 0, "rejected": {}}
   assert variants.load_env_set(path) == first
   text = path.read_text()
@@ -122,15 +144,16 @@ def test_build_validates_writes_and_resumes_after_a_damaged_last_line(tmp_path, 
     assert variants.load_env_set(path) == first[:9]
   stats = {}
   with pytest.warns(UserWarning, match="damaged last line"):
-    resumed = variants.build_env_set(path, count=12, num_workers=1, progress=False, stats=stats)
+    resumed = variants.build_env_set(path, count=12, num_workers=1, progress=False, stats=stats,
+                                     words=words)
   assert resumed[:10] == first and len(resumed) == 12
   assert stats["reused"] == 9 and stats["validated"] == 3
   assert variants.load_env_set(path) == resumed and path.read_text().count("\n") == 12
 
 
-def test_the_real_validator_keeps_broken_variants_out(tmp_path, monkeypatch):
-  good = list(itertools.islice(variants.candidates(0), 3))
-  sudoku = next(e for e in variants.candidates(0) if e.base == "minisudoku")
+def test_the_real_validator_keeps_broken_variants_out(tmp_path, monkeypatch, words):
+  good = list(itertools.islice(variants.candidates(0, words=words), 3))
+  sudoku = next(e for e in variants.candidates(0, words=words) if e.base == "minisudoku")
   broken = [env_set.VariantEnv("v/minisudoku/9999", "minisudoku", "deduction",
                                sudoku.source.replace("BLANKS = ", "BLANKS = 3 + "), sudoku.hint),
             env_set.VariantEnv("v/mastermind/9999", "mastermind", "deduction",
@@ -139,17 +162,17 @@ def test_the_real_validator_keeps_broken_variants_out(tmp_path, monkeypatch):
                                good[0].hint)]
   assert broken[1].source != good[0].source
   monkeypatch.setattr(variants, "candidates",
-                      lambda seed, categories: iter([good[0], *broken, *good[1:]]))
+                      lambda seed, categories, words: iter([good[0], *broken, *good[1:]]))
   stats = {}
   envs = variants.build_env_set(tmp_path / "s.jsonl", count=3, num_workers=1, progress=False,
-                                stats=stats)
+                                stats=stats, words=words)
   assert envs == good
   # 9 blanks and 8 turns: the oracle cannot finish; the reversed code: its oracle guesses wrong.
   assert stats["rejected"] == {"oracle": 2}
 
 
-def test_a_damaged_line_inside_the_file_is_an_error(tmp_path):
-  envs = list(itertools.islice(variants.candidates(0), 3))
+def test_a_damaged_line_inside_the_file_is_an_error(tmp_path, words):
+  envs = list(itertools.islice(variants.candidates(0, words=words), 3))
   path = tmp_path / "set.jsonl"
   env_set.append_env_set(path, envs)
   lines = path.read_text().splitlines(keepends=True)
@@ -178,7 +201,7 @@ def test_a_minigame_set_builds_and_reads_back_with_its_own_uids(tmp_path):
     variants.load_env_set(path)
 
 
-def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path, capsys):
+def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path, capsys, words):
   """`categories` (the build passes config.selfplay.skills) keeps those skills' games in the
   stream's own order; all six categories leave the stream as it is."""
   deduction = variants.build_env_set(tmp_path / "d.jsonl", count=4, num_workers=1,
@@ -186,12 +209,13 @@ def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path, capsys)
   everything = list(itertools.islice(variants.minigame_candidates(0), 24))
   assert deduction == [g for g in everything if g.category == "deduction"][:4]
   assert all(g.base == "guess" for g in deduction)
-  seeds = list(itertools.islice(variants.candidates(0, ["planning", "spatial"]), 12))
+  seeds = list(itertools.islice(variants.candidates(0, ["planning", "spatial"], words=words),
+                                 12))
   assert {e.category for e in seeds} == {"planning", "spatial"}
-  assert seeds == [e for e in itertools.islice(variants.candidates(0), 60)
+  assert seeds == [e for e in itertools.islice(variants.candidates(0, words=words), 60)
                    if e.category in ("planning", "spatial")][:12]
-  assert list(itertools.islice(variants.candidates(0, GAME_CATEGORIES), 30)) == list(
-      itertools.islice(variants.candidates(0), 30))
+  assert list(itertools.islice(variants.candidates(0, GAME_CATEGORIES, words=words), 30)) == list(
+      itertools.islice(variants.candidates(0, words=words), 30))
   with pytest.raises(ValueError, match=r"categories \['dedcution'\]: expected some of"):
     variants.build_env_set(tmp_path / "x.jsonl", count=1, categories=["dedcution"])
   assert variants.main(["--out", str(tmp_path / "y.jsonl"), "--categories", "dedcution"]) == 2
