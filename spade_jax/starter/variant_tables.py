@@ -204,12 +204,16 @@ CANNOT_PARSE = ("Could not parse", "Cannot read", "Unreadable action")
 
 # The action words of each game, drawn anew a variant (variants.rename_verbs) so that the
 # words to play can only be read from the observation: an agent trained on fixed words replies
-# in them on any game, and a held-out game's own words never come up. Words the prose also
-# uses as another part of speech ("empty" jugs, "set" bits, "rule" in triples) are left alone.
+# in them on any game, and a held-out game's own words never come up. The compass words are
+# arguments, drawn too, so that an argument word must be read as well (an agent that only ever
+# had its arguments' words fixed writes a number after any action word: bench/RESULTS.md,
+# 2026-12-05). Words the prose also uses as another part of speech ("empty" jugs, "set" bits,
+# "rule" in triples) are left alone.
+_COMPASS = ("north", "east", "south", "west")
 ACTION_VERBS = {
     "mastermind": ("guess",), "minisudoku": ("set",), "clue": ("suggest", "accuse"),
     "bridge": ("cross",), "jugs": ("fill", "pour"), "pancakes": ("flip",),
-    "hotcold": ("probe", "dig"), "robot": ("move",), "dice": ("roll",),
+    "hotcold": ("probe", "dig"), "robot": ("move", *_COMPASS), "dice": ("roll", *_COMPASS),
     "countdown": ("combine", "restart"), "prices": ("buy", "answer"), "magic": ("set",),
     "sequence": ("predict",), "blackbox": ("query", "answer"), "triples": ("test",),
     "coins": ("weigh", "answer"), "switches": ("answer",), "sorting": ("compare", "answer"),

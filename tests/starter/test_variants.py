@@ -80,6 +80,9 @@ def test_most_variants_play_drawn_words_and_none_a_held_out_games_words(stream, 
     parsed += bool(taken)
     renamed += bool(drawn)
   assert parsed >= 0.8 * len(stream) and renamed >= 0.75 * parsed
+  compass = {"north", "east", "south", "west"}
+  spatial = [_pattern_words(e.source) for e in stream if e.base in ("robot", "dice")]
+  assert sum(not compass & taken for taken in spatial) >= 0.2 * len(spatial)  # arguments too
 
 
 def test_a_drawn_word_is_one_piece_so_its_first_token_can_only_be_read(stream, words, bpe):
