@@ -360,10 +360,12 @@ def main(argv: list[str] | None = None) -> int:
                       help="tokenizer whose one-piece words the variants' action words are drawn "
                            "from (a build's stages/tokenizer); needed for --kind variants")
   args = parser.parse_args(argv)
+  if args.kind == "variants" and not args.tokenizer:
+    parser.error("--tokenizer is needed for --kind variants (a build's stages/tokenizer)")
   categories = args.categories.split(",") if args.categories else None
   start, stats = time.monotonic(), {}
   try:
-    words = action_words(load_tokenizer(args.tokenizer)) if args.tokenizer else None
+    words = action_words(load_tokenizer(args.tokenizer)) if args.kind == "variants" else None
     envs = build_env_set(args.out, count=args.count, seed=args.seed,
                          num_workers=args.num_workers, stats=stats, kind=args.kind,
                          categories=categories, words=words)

@@ -110,6 +110,9 @@ def test_the_action_word_pool_is_one_piece_words_of_the_tokenizer(words, bpe, tm
     variants.build_env_set(tmp_path / "set.jsonl", count=1)
   assert variants.main(["--out", str(tmp_path / "set.jsonl"), "--tokenizer", "tiny"]) == 2
   assert capsys.readouterr().err.startswith("error: tokenizer: ")
+  with pytest.raises(SystemExit, match="2"):
+    variants.main(["--out", str(tmp_path / "set.jsonl")])
+  assert "--tokenizer is needed for --kind variants" in capsys.readouterr().err
   assert not (tmp_path / "set.jsonl").exists()
 
 
@@ -221,6 +224,7 @@ def test_a_set_of_some_categories_keeps_their_streams_in_order(tmp_path, capsys,
       itertools.islice(variants.candidates(0, words=words), 30))
   with pytest.raises(ValueError, match=r"categories \['dedcution'\]: expected some of"):
     variants.build_env_set(tmp_path / "x.jsonl", count=1, categories=["dedcution"])
-  assert variants.main(["--out", str(tmp_path / "y.jsonl"), "--categories", "dedcution"]) == 2
+  assert variants.main(["--out", str(tmp_path / "y.jsonl"), "--kind", "minigames",
+                        "--categories", "dedcution"]) == 2
   err = capsys.readouterr().err.splitlines()  # one line, no traceback
   assert len(err) == 1 and err[0].startswith("error: categories ['dedcution']: expected some of")
