@@ -130,7 +130,8 @@ def files(p: PathLike) -> list[epath.Path]:
   if is_url(p):
     protocol = os.fspath(p).split("://", 1)[0]
     return sorted(epath.Path(f"{protocol}://{f}") for f in _fs(p).find(os.fspath(p)))
-  return sorted(f for f in p.rglob("*") if f.is_file())
+  return sorted(epath.Path(os.path.join(root, name))  # epath's local rglob refuses "**"
+                for root, _, names in os.walk(p) for name in names)
 
 
 def open_file(p: PathLike, mode: str = "r", encoding: str | None = "utf-8") -> IO[Any]:

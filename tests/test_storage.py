@@ -135,6 +135,17 @@ def test_appends_and_tensorboard_events_grow_a_gcs_object(gcs, no_local_gs):
   assert storage.listdir(f"{gcs}/append") == ["log.txt", "tb"]
 
 
+def test_files_lists_every_file_at_any_depth_in_a_directory_and_in_a_bucket(gcs, tmp_path,
+                                                                           no_local_gs):
+  names = ["a.txt", "sub/b.txt", "sub/deeper/c.txt"]
+  for root in (os.fspath(tmp_path / "tree"), f"{gcs}/tree"):
+    for name in names:
+      storage.write_text(f"{root}/{name}", name)
+    found = storage.files(root)
+    assert [os.fspath(f)[len(root) + 1:] for f in found] == names, found
+    assert [f.read_text() for f in found] == names
+
+
 def test_gs_is_the_plain_gcsfs_class_that_sends_no_grpc_bucket_probe(gcs):
   import gcsfs.core  # pylint: disable=import-outside-toplevel  (after storage's settings)
   assert type(fsspec.filesystem("gs")) is gcsfs.core.GCSFileSystem

@@ -28,12 +28,12 @@ import threading
 import time
 
 import pytest
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from spade_jax import config_schema, storage
 from spade_jax.multihost import EXIT_PEER_LOST
 from spade_jax.preemption import EXIT_PREEMPTED
 from tests.launch.launch_procs import run_report, running, tree_below
+from tests.launch.tb_events import tensor_events
 from tests.xla_flags import child_env
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
@@ -125,10 +125,8 @@ def _copy(src, dst):
 
 
 def _scalars(workdir):
-  acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"tensors": 0})
-  acc.Reload()
-  return {tag: [(e.step, e.tensor_proto.SerializeToString()) for e in acc.Tensors(tag)]
-          for tag in acc.Tags()["tensors"] if not tag.startswith("time/")}
+  return {tag: [(e.step, e.tensor_proto.SerializeToString()) for e in events]
+          for tag, events in tensor_events(workdir).items() if not tag.startswith("time/")}
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +221,7 @@ def test_both_processes_fall_back_past_the_damaged_step_and_match_bit_for_bit(ru
   for (_, out, *_), (_, expected, *_) in zip(resumed, straight, strict=True):
     assert _progress(out) == _progress(expected)[1:]  # step 2's line, the same numbers
   straight_tb, resumed_tb = _scalars(f"{bucket}/straight"), _scalars(f"{bucket}/resumed")
-  assert set(straight_tb) == set(resumed_tb)
+  assert straight_tb and set(straight_tb) == set(resumed_tb)
   for tag, entries in straight_tb.items():  # the newest event of each tag is the relaunch's
     assert resumed_tb[tag][-1] == entries[-1], tag
 

@@ -23,7 +23,6 @@ import threading
 
 import pytest
 from gymnasium.utils.env_checker import check_env
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
 from spade_jax import config_schema, export, storage
@@ -34,6 +33,7 @@ from spade_jax.preemption import EXIT_PREEMPTED
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.tokenizer import load_tokenizer
 from tests.launch.launch_procs import run_report, running, tree_below
+from tests.launch.tb_events import tensor_events
 from tests.xla_flags import child_env
 
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
@@ -47,16 +47,12 @@ REQUIRED_TAGS = (
     "time/sandbox_s", "time/train_s")
 
 
-def _scalars(workdir):
-  acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"tensors": 0})
-  acc.Reload()
-  return {tag: [e.step for e in acc.Tensors(tag)] for tag in acc.Tags()["tensors"]}
+def _scalars(events):
+  return {tag: [e.step for e in tensors] for tag, tensors in events.items()}
 
 
-def _values(workdir, tag):
-  acc = EventAccumulator(os.path.join(workdir, "tb"), size_guidance={"tensors": 0})
-  acc.Reload()
-  return [float(tensor_util.make_ndarray(e.tensor_proto)) for e in acc.Tensors(tag)]
+def _values(events, tag):
+  return [float(tensor_util.make_ndarray(e.tensor_proto)) for e in events[tag]]
 
 
 def _latest_host_state(workdir):
@@ -109,16 +105,17 @@ def smoke_runs(tmp_path_factory, gcs):
   # saves it although checkpoint_every says not yet; the relaunch plays step 2.
   preempted = sigterm_during_step_1(tool_args + ["--config.train.checkpoint_every=100"], env)
   resumed = launch(2, tools, tool_args[-3:])
-  tool_use = {"scalars": _scalars(tools), "preempted": preempted, "resumed": resumed,
+  tool_use = {"scalars": _scalars(tensor_events(tools)), "preempted": preempted, "resumed": resumed,
               "log": open(os.path.join(tools, "log.txt"), encoding="utf-8").read()}
   launch(2)
   tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
-  first = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
-           "values": {t: _values(workdir, t) for t in tags},
+  events = tensor_events(workdir)
+  first = {"scalars": _scalars(events), "checkpoint": _latest_host_state(workdir),
+           "values": {t: _values(events, t) for t in tags},
            "log": storage.read_text(f"{workdir}/log.txt"), "local": os.listdir(cwd),
            "bucket": storage.listdir(workdir), "cache": storage.listdir(f"{gcs}/jax_cache")}
   launch(3)
-  second = {"scalars": _scalars(workdir), "checkpoint": _latest_host_state(workdir),
+  second = {"scalars": _scalars(tensor_events(workdir)), "checkpoint": _latest_host_state(workdir),
             "log": storage.read_text(f"{workdir}/log.txt"), "workdir": workdir}
   return first, second, tool_use, workdir, launch
 
