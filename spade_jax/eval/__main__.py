@@ -82,6 +82,7 @@ def _run(args) -> None:
   from spade_jax.engine.api import SamplingParams
   from spade_jax.eval.generate import Generator
   from spade_jax.eval.load import engine_for, tokenizer_for
+  from spade_jax.model.hf_config import CheckpointError
   data = _data(args.data)
   names = [n for n in args.suite.split(",") if n]
   suites = [get_suite(n, data.get(n)) for n in names]  # fail on a bad name before loading
@@ -92,7 +93,10 @@ def _run(args) -> None:
     tokenizer = tokenizer_for(args.checkpoint, args.tokenizer)
   except ValueError as e:  # no tokenizer to be found: one line, not a traceback
     raise SystemExit(f"error: {e}") from None
-  engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, **engine_sizes(args))
+  try:
+    engine, cache_len = engine_for(args.checkpoint, dtype=args.dtype, **engine_sizes(args))
+  except CheckpointError as e:  # missing, damaged or mismatched files: one line
+    raise SystemExit(f"error: {e}") from None
   pool = _pool(args) if any(s.needs_pool for s in suites) else None
   generator = Generator(engine, tokenizer, SamplingParams(max_new_tokens=1, seed=args.seed),
                         cache_len, progress=not args.quiet)

@@ -58,7 +58,7 @@ def test_run_writes_records_and_summary(tmp_path, capsys):
   assert printed == {**summary, "out": str(out), "summary": str(out.parent / "eval.summary.json")}
 
 
-def test_run_refuses_what_it_cannot_play_and_a_checkpoint_without_tokenizer(tmp_path):
+def test_run_refuses_what_it_cannot_play_and_a_checkpoint_it_cannot_load(tmp_path):
   tasks = tmp_path / "tau2.json"
   tasks.write_text("[]")
   with pytest.raises(SystemExit, match="user simulator"):
@@ -66,6 +66,9 @@ def test_run_refuses_what_it_cannot_play_and_a_checkpoint_without_tokenizer(tmp_
               f"tau2={tasks}"])
   with pytest.raises(SystemExit, match="has no tokenizer.json: pass --tokenizer"):
     cli.main(["run", "--checkpoint", str(tmp_path), "--suite", "humaneval"])
+  with pytest.raises(SystemExit, match=r"^error: .*/gone: not a checkpoint directory$"):
+    cli.main(["run", "--checkpoint", str(tmp_path / "gone"), "--tokenizer", "tiny",
+              "--suite", "humaneval"])
 
 
 def _trainer_workdir(root, tokenizer: str):
