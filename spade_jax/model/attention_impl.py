@@ -46,6 +46,7 @@ import numpy as np
 
 from spade_jax.model.config import ATTENTION_IMPLS
 from spade_jax.model.kv_cache import key_entry_axis
+from spade_jax.model.platform import current_platform
 from spade_jax.model.sharding import logical_to_spec
 from spade_jax.model.train_attention import causal_attention
 
@@ -74,9 +75,9 @@ def emulated_kernels():
 
 
 def resolve_attention_impl(name: str, compute_dtype: str, platform: str | None = None) -> str:
-  """The kernel `name` means on `platform` (default: jax's default backend); raises a
+  """The kernel `name` means on `platform` (default: `platform.current_platform()`); raises a
   ValueError naming config.model.attention_impl if the platform lacks it."""
-  platform = jax.default_backend() if platform is None else platform
+  platform = current_platform() if platform is None else platform
   if name not in ATTENTION_IMPLS:
     raise ValueError(f"config.model.attention_impl={name!r}; expected one of {ATTENTION_IMPLS}")
   half = str(jnp.dtype(compute_dtype)) in _HALF

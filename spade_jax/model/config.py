@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from spade_jax.model.platform import current_platform
+
 # Per-layer rematerialisation (training memory): name -> what the backward pass may keep.
 # "none" stores every activation; "full" recomputes each layer; "dots" keeps matmul outputs.
 REMAT_POLICIES: dict[str, Any] = {
@@ -27,10 +29,10 @@ REMAT_AUTO = {"cpu": "none", "gpu": "full", "tpu": "full"}
 
 
 def resolve_remat(name: str, platform: str | None = None) -> str:
-  """The REMAT_POLICIES key `name` means on `platform` (default: jax's default backend)."""
+  """The REMAT_POLICIES key `name` means on `platform` (default: `platform.current_platform()`)."""
   if name != "auto":
     return name
-  return REMAT_AUTO.get(jax.default_backend() if platform is None else platform, "none")
+  return REMAT_AUTO.get(current_platform() if platform is None else platform, "none")
 
 
 # CPU flags of a native bf16 dot product. Without one, XLA's CPU backend widens bf16 operands
@@ -43,7 +45,7 @@ def resolve_compute_dtype(name: str, platform: str | None = None) -> str:
   with CPU_BF16_FLAGS, else float32; any other name is itself."""
   if name != "auto":
     return name
-  if (jax.default_backend() if platform is None else platform) != "cpu":
+  if (current_platform() if platform is None else platform) != "cpu":
     return "bfloat16"
   return "bfloat16" if CPU_BF16_FLAGS & _cpu_flags() else "float32"
 

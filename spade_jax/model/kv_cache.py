@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.platform import current_platform
 
 
 @jax.tree_util.register_dataclass
@@ -68,9 +69,9 @@ _V_AXES = ("batch", "kv_heads", "length", "head_dim")
 
 
 def key_entry_axis(platform: str | None = None) -> int:
-  """Entries axis of the key buffers on `platform` (default: jax's default backend): 3 on
+  """Entries axis of the key buffers on `platform` (default: `platform.current_platform()`): 3 on
   CPU ([B, K, Hd, S]), 2 elsewhere ([B, K, S, Hd], like the values)."""
-  return 3 if (jax.default_backend() if platform is None else platform) == "cpu" else 2
+  return 3 if (current_platform() if platform is None else platform) == "cpu" else 2
 
 
 def _key_axes() -> tuple[str, ...]:

@@ -24,6 +24,8 @@ import functools
 import jax
 import jax.numpy as jnp
 
+from spade_jax.model.platform import current_platform
+
 
 def matmul(x: jax.Array, w: jax.Array, *, compute_dtype: jnp.dtype,
            out_dtype: jnp.dtype | None = None, transpose_w: bool = False) -> jax.Array:
@@ -55,7 +57,7 @@ def _row_major_transpose(a: jax.Array) -> jax.Array:
   keeps M's leading factor whole, so a sharded M stays sharded.
   """
   m, k = a.shape
-  if jax.default_backend() != "cpu" or a.dtype == jnp.float32 or m % 2:
+  if current_platform() != "cpu" or a.dtype == jnp.float32 or m % 2:
     return a.T
   return jnp.transpose(a.reshape(m // 2, 2, k), (2, 0, 1)).reshape(k, m)
 
