@@ -1,7 +1,7 @@
 r"""Memory and throughput plan of a run, per chip, before any chip is rented.
 
     python -m spade_jax.plan --config games.py [--topology v5p-64] [--mfu 0.4] \
-        [--config.model.preset=qwen3-8b ...]
+        [--compile [--hlo_dir DIR]] [--config.model.preset=qwen3-8b ...]
 
 Prints per chip: parameters, optimiser state, the frozen reference, gradients, the
 activations of one training micro-batch with and without rematerialisation, the engine's KV
@@ -9,13 +9,18 @@ cache, their sum against the chip's HBM; and the FLOPs of one step (rollout and 
 tokens) with the ideal step time at the given MFU. The model is built abstractly
 (`nnx.eval_shape`): nothing is allocated, so it runs in seconds on any machine. The
 formulas are in docs/plan.md; tests/test_plan.py checks the training part against XLA's
-`memory_analysis()` of the compiled step.
+`memory_analysis()` of the compiled step. With `--compile`, every program of a step is also
+compiled for the slice by XLA's TPU compiler without the chips (spade_jax/plan_compile.py):
+per program its argument / temporary / output memory per chip, its peak beside what stays
+resident from the other programs against the chip's HBM, its compile time and the
+collectives in its loop bodies; the last line is one JSON object.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import math
 import re
 import sys
@@ -270,12 +275,20 @@ def main(argv: Sequence[str] | None = None) -> None:
                            flag_values=fv)
   prompt = flags.DEFINE_integer("prompt_tokens", 1024, "assumed first-prompt length",
                                 flag_values=fv)
+  compile_ = flags.DEFINE_boolean(
+      "compile", False, "also compile every program of a step for the slice with XLA's TPU "
+      "compiler, deviceless (needs libtpu: requirements-test.txt), and report its memory",
+      flag_values=fv)
+  hlo_dir = flags.DEFINE_string("hlo_dir", None, "with --compile: write each program's HLO "
+                                "to DIR/<program>.hlo.txt", flag_values=fv)
   try:
     config, _ = config_schema.parse_config_args(sys.argv if argv is None else argv, fv)
     # The checkpoint and corpus files are the target machine's: not checked here.
     experiment = config_schema.validate(config, files=False)
     chip, chips = parse_topology(topology.value)
     plan = make_plan(experiment, chip, chips, prompt_tokens=prompt.value)
+    if compile_.value:
+      check_compilable(topology.value, experiment.mesh_shape)
   except (config_schema.ConfigError, flags.Error) as err:
     sys.exit(f"error: {err}")
   m = experiment.model
@@ -283,6 +296,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"T = {experiment.engine.max_cache_len}, mesh {experiment.mesh_shape}, "
         f"logprob_remat {experiment.rl.logprob_remat}")
   print(report(plan, topology.value, mfu.value))
+  if compile_.value:
+    from spade_jax import plan_compile  # imports the model, engine and trainer
+    reports = plan_compile.compile_step_programs(experiment, topology.value,
+                                                 hlo_dir=hlo_dir.value)
+    print(plan_compile.compiled_report(reports, topology.value))
+    print(json.dumps(plan_compile.summary(reports, topology.value)))
+
+
+def check_compilable(topology: str, mesh_shape: dict[str, int]) -> None:
+  """Raises ConfigError unless the run's mesh can be compiled for `topology` here (a known
+  slice whose chips the mesh fits, libtpu installed)."""
+  from spade_jax import tpu_aot
+  from spade_jax.model.sharding import make_mesh
+  if topology not in tpu_aot.SLICES:
+    raise config_schema.ConfigError(f"--compile knows the slices {sorted(tpu_aot.SLICES)}, "
+                                    f"not {topology!r}")
+  if not tpu_aot.libtpu_available():
+    raise config_schema.ConfigError("--compile needs XLA's TPU compiler: pip install "
+                                    "-r requirements-test.txt (libtpu pinned to jax's version)")
+  try:
+    make_mesh(mesh_shape, tpu_aot.slice_devices(topology))
+  except ValueError as err:
+    raise config_schema.ConfigError(f"config.mesh on {topology}: {err}") from None
 
 
 if __name__ == "__main__":

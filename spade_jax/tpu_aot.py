@@ -84,8 +84,13 @@ class CompiledProgram:
 
 def compile_program(fn: Callable, args: Sequence[Any], **jit_kwargs: Any) -> CompiledProgram:
   """jit(fn, **jit_kwargs) lowered on abstract `args` and compiled; nothing runs."""
+  return measure(lambda: jax.jit(fn, **jit_kwargs).lower(*args).compile())
+
+
+def measure(compile_it: Callable[[], jax.stages.Compiled]) -> CompiledProgram:
+  """Runs `compile_it` (a lower + compile) and reads the program's memory, time and HLO."""
   start = time.perf_counter()
-  compiled = jax.jit(fn, **jit_kwargs).lower(*args).compile()
+  compiled = compile_it()
   seconds = time.perf_counter() - start
   m = compiled.memory_analysis()
   return CompiledProgram(m.argument_size_in_bytes, m.output_size_in_bytes,

@@ -15,6 +15,8 @@ from tests.xla_flags import SESSION_DEVICES, xla_flags
 
 os.environ.setdefault("XLA_FLAGS", xla_flags(SESSION_DEVICES))
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+# Deviceless TPU compiles (tests/tpu) in several xdist workers load libtpu side by side.
+os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
 os.environ["JAX_NUMPY_RANK_PROMOTION"] = "raise"
 
 import jax  # noqa: E402 - after the device flags

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.matmul import matmul
+from spade_jax.model.sharding import gathered_weight
 
 # Hugging Face's Qwen3 `initializer_range`: every projection starts as N(0, 0.02^2).
 INIT_STD = 0.02
@@ -55,13 +56,15 @@ class Einsum(nnx.Module):
     self.kernel = normal_param(rngs, shape, axes, param_dtype)
     self.lora = nnx.data(None)  # a model/lora.py adapter, when LoRA targets this projection
 
-  def __call__(self, x: jax.Array) -> jax.Array:
+  def __call__(self, x: jax.Array, kernel: jax.Array | None = None) -> jax.Array:
+    """x [B, T, ...] -> the projection; `kernel` replaces the parameter's value (a resharded
+    copy of it, e.g. the loss's vocabulary-parallel head)."""
+    if kernel is None:
+      kernel = gathered_weight(self.kernel[...], self.kernel.get_metadata()["logical_axes"])
     if not self.matmul:
-      kernel = self.kernel[...].astype(self.compute_dtype)
-      return jnp.einsum(self.spec, x.astype(self.compute_dtype), kernel,
-                        preferred_element_type=self.out_dtype)
+      return jnp.einsum(self.spec, x.astype(self.compute_dtype),
+                        kernel.astype(self.compute_dtype), preferred_element_type=self.out_dtype)
     c = self.contracted_axes
-    kernel = self.kernel[...]
     y = matmul(x.reshape(x.shape[0] * x.shape[1], -1),
                kernel.reshape(math.prod(kernel.shape[:c]), -1),
                compute_dtype=self.compute_dtype, out_dtype=self.out_dtype)  # [B*T, rest]
@@ -127,9 +130,12 @@ class Embed(nnx.Module):
   def __call__(self, ids: jax.Array) -> jax.Array:
     return jnp.take(self.embedding[...], ids, axis=0).astype(self.compute_dtype)  # [B, T, D]
 
-  def attend(self, h: jax.Array) -> jax.Array:
+  def attend(self, h: jax.Array, embedding: jax.Array | None = None) -> jax.Array:
+    """h [B, T, D] -> logits [B, T, V] in fp32; `embedding` replaces the table (see Einsum)."""
     b, t, d = h.shape
-    logits = matmul(h.reshape(b * t, d), self.embedding[...], compute_dtype=self.compute_dtype,
+    if embedding is None:
+      embedding = gathered_weight(self.embedding[...], ("vocab", "embed"))
+    logits = matmul(h.reshape(b * t, d), embedding, compute_dtype=self.compute_dtype,
                     out_dtype=jnp.float32, transpose_w=True)  # [B*T, V]
     return logits.reshape(b, t, -1)
 

@@ -107,13 +107,25 @@ class Qwen3(nnx.Module):
       return self.logits_from_hidden(out)
     return self.logits_from_hidden(out[0]), out[1]
 
-  def logits_from_hidden(self, h: jax.Array) -> jax.Array:
-    """h [B, T, D] (after the final norm) -> logits [B, T, V] float32."""
+  def logits_from_hidden(self, h: jax.Array, head: jax.Array | None = None,
+                         axes: tuple[str | None, ...] = ("batch", "length", "vocab"),
+                         ) -> jax.Array:
+    """h [B, T, D] (after the final norm) -> logits [B, T, V] float32, laid out as `axes`.
+
+    `head` replaces the head's weight (`head_weight()`, resharded: the loss passes it split
+    over the vocabulary)."""
     if self.cfg.tie_word_embeddings:
-      logits = self.embed.attend(h)
+      logits = self.embed.attend(h, head)
     else:
-      logits = self.lm_head(h)
-    return constrain(logits.astype(jnp.float32), ("batch", "length", "vocab"))
+      logits = self.lm_head(h, head)
+    return constrain(logits.astype(jnp.float32), axes)
+
+  def head_weight(self) -> tuple[jax.Array, int]:
+    """The LM head's weight and its vocabulary axis: the tied embedding [V, D] (axis 0) or
+    the head's kernel [D, V] (axis 1)."""
+    if self.cfg.tie_word_embeddings:
+      return self.embed.embedding[...], 0
+    return self.lm_head.kernel[...], 1
 
   def hidden(self, input_ids, positions=None, attention_mask=None, segment_ids=None,
              cache: KVCache | None = None, rows: Rows = None, read_len: int | None = None):

@@ -27,6 +27,8 @@ MESH_AXES = ("data", "fsdp", "tensor", "expert")
 LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
     "batch": ("data", "fsdp"),  # activations and KV cache rows
     "vocab": ("tensor",),
+    # The loss's vocabulary-parallel logits (rl/losses.py): the head split over every chip.
+    "vocab_parallel": ("data", "fsdp", "tensor", "expert"),
     "embed": ("fsdp",),  # FSDP: weights sharded on the model dim, gathered per layer
     "q_heads": ("tensor",),
     "kv_heads": ("tensor",),
@@ -155,6 +157,23 @@ def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
   if mesh.empty:
     return x
   return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh))
+
+
+def gathered_weight(w: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+  """A weight as a layer multiplies with it: its shards over the batch axes (FSDP) gathered,
+  tensor and expert sharding kept, so every chip multiplies its own rows by the whole weight
+  (and the gradient is reduce-scattered back). Without the constraint XLA may instead
+  contract over the FSDP-sharded dimension and all-reduce activation-sized partial sums.
+  A no-op without an active mesh."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty:
+    return w
+  batch = set(LOGICAL_RULES["batch"] or ())
+  keep = lambda entry: tuple(a for a in (entry if isinstance(entry, tuple) else (entry,))
+                             if a is not None and a not in batch)
+  spec = [keep(e) for e in logical_to_spec(axes, w.shape, mesh)]
+  spec = [e if len(e) > 1 else (e[0] if e else None) for e in spec]
+  return jax.lax.with_sharding_constraint(w, PartitionSpec(*spec))
 
 
 def host_get(tree: Any) -> Any:

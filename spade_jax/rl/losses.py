@@ -12,6 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from spade_jax.model.sharding import constrain
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.kl import KL_ESTIMATORS
 
@@ -60,11 +61,16 @@ def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int, tempe
   h_chunks = h_chunks.swapaxes(0, 1)  # [N / C, B, C, D]
   t_chunks = jnp.pad(targets, ((0, 0), (0, pad))).reshape(b, num_chunks, size).swapaxes(0, 1)
 
+  head = vocab_parallel_head(model)  # once, outside the chunk loop
+
   def one_chunk(args):
     hc, tc = args
-    logits = model.logits_from_hidden(hc).astype(jnp.float32) / temperature  # [B, C, V]
+    hc = constrain(hc, (None, None, None))  # [B, C, D]: the micro-batch's rows on every chip
+    logits = model.logits_from_hidden(hc, head, _VOCAB_PARALLEL) / temperature  # [B, C, V]
     logz = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
-    picked = jnp.take_along_axis(logits, tc[..., None], axis=-1)[..., 0]  # [B, C]
+    # A masked sum, not a gather: each chip reads its own slice of the vocabulary.
+    vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2)
+    picked = jnp.sum(jnp.where(vocab == tc[..., None], logits, 0.0), axis=-1)  # [B, C]
     probs = jax.lax.stop_gradient(jnp.exp(logits - logz[..., None]))
     entropy = logz - jnp.sum(probs * logits, axis=-1)  # [B, C]
     return picked - logz, jax.lax.stop_gradient(entropy)
@@ -74,6 +80,23 @@ def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int, tempe
   logp, entropy = jax.lax.map(one_chunk, (h_chunks, t_chunks))  # [N / C, B, C] each
   return (logp.swapaxes(0, 1).reshape(b, -1)[:, :n],
           entropy.swapaxes(0, 1).reshape(b, -1)[:, :n])
+
+
+_VOCAB_PARALLEL = (None, None, "vocab_parallel")  # logits [B, C, V]: vocabulary over chips
+
+
+def vocab_parallel_head(model) -> jax.Array:
+  """The LM head's weight split over every chip along the vocabulary (one reshard a call).
+
+  The chunk loop then computes each chunk's logits for all of the micro-batch's rows against
+  each chip's slice of the vocabulary: inside the loop only [B, C, D] hidden states and
+  [B, C] sums cross chips, never the [V, D] table (which FSDP would otherwise gather once per
+  chunk), and the head's gradient stays a local [D, V / n] sum. Without a mesh, the weight.
+  """
+  weight, vocab_axis = model.head_weight()
+  axes = [None, None]
+  axes[vocab_axis] = "vocab_parallel"
+  return constrain(weight, tuple(axes))
 
 
 def _at_positions(values: jax.Array, positions: jax.Array, length: int) -> jax.Array:

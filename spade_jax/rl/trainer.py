@@ -76,7 +76,7 @@ class Trainer:
     separate_ref = self.cfg.beta > 0 and not model.cfg.lora_rank
     key = (graphdef, self.cfg, mesh)
     if key not in _COMPILED:
-      _COMPILED[key] = _compile(graphdef, self.cfg, mesh, params, self._rest, separate_ref)
+      _COMPILED[key] = compile_fns(graphdef, self.cfg, mesh, params, self._rest, separate_ref)
     self._fns = _COMPILED[key]
     with self._mesh_ctx():
       self.opt_state = self._placed(self._fns.init(params))
@@ -215,21 +215,24 @@ _COMPILED: dict[tuple, _Fns] = {}
 _CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
 
 
-def _step_compiler_options(params) -> dict[str, str] | None:
-  """XLA options for the train step on the platform of `params` (CPU only)."""
-  return dict(_CPU_STEP_OPTIONS) if _first_device(params).platform == "cpu" else None
+def _step_compiler_options(mesh: Mesh | None, params) -> dict[str, str] | None:
+  """XLA options for the train step on the platform of `mesh` (else of `params`): CPU only."""
+  device = mesh.devices.flat[0] if mesh is not None else _first_device(params)
+  return dict(_CPU_STEP_OPTIONS) if device.platform == "cpu" else None
 
 
 def _first_device(tree) -> jax.Device:
   return next(iter(jax.tree.leaves(tree)[0].devices()))
 
 
-def _compile(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest,
-             separate_ref: bool) -> _Fns:
+def compile_fns(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest,
+                separate_ref: bool) -> _Fns:
+  """The jitted init / copy / step of one (model structure, RL config, mesh); `params` and
+  `rest` may be abstract (`jax.ShapeDtypeStruct`s with shardings: plan --compile)."""
   tx = make_optimizer(cfg)
   step_fn = functools.partial(train_step, graphdef=graphdef, tx=tx, cfg=cfg)
   copy = functools.partial(jax.tree.map, jnp.copy)
-  options = _step_compiler_options(params)
+  options = _step_compiler_options(mesh, params)
   if mesh is None:
     step = jax.jit(step_fn, donate_argnums=(0, 1), compiler_options=options)
     return _Fns(jax.jit(tx.init), jax.jit(copy), step, None)

@@ -1,0 +1,247 @@
+"""Every program one step of a run executes, compiled for a TPU slice without the chips.
+
+`python -m spade_jax.plan --config C --topology T --compile` calls `compile_step_programs`:
+the GRPO train step at the config's largest micro-batch shape, the engine's decode block at
+full capacity and its largest append (the designer prompts' prefill), each lowered on
+abstract arguments (`jax.ShapeDtypeStruct`s sharded over a mesh of the slice's deviceless
+TPU devices, spade_jax.tpu_aot) and compiled by XLA's TPU compiler. Nothing is allocated;
+what comes back is the compiler's own per-chip memory and HLO.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from spade_jax import tpu_aot
+from spade_jax.engine import slot_engine
+from spade_jax.engine.state import SlotParams, init_decode_state, pick_bucket, state_shardings
+from spade_jax.experiment import Experiment
+from spade_jax.model import Qwen3, lora
+from spade_jax.model.config import ModelConfig
+from spade_jax.model.sharding import batch_sharding, batch_shards, make_mesh
+from spade_jax.model.sharding import state_shardings as param_shardings
+from spade_jax.rl.step_inputs import loss_positions, padded_length
+from spade_jax.rl.trainer import compile_fns
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramReport:
+  """One compiled program: per-chip memory, what stays resident beside it (bytes per chip
+  of the other programs' state that outlives them: the decode state during the train step,
+  the optimiser state and reference during rollout), and the collectives run once per loop
+  iteration."""
+  program: tpu_aot.CompiledProgram
+  resident: int
+  loop_collectives: tuple[tpu_aot.Collective, ...]
+
+  @property
+  def need(self) -> int:
+    return self.program.peak + self.resident
+
+  def summary(self) -> dict[str, float]:
+    p, g = self.program, tpu_aot.GIB
+    return {"peak_gib": round(p.peak / g, 3), "temp_gib": round(p.temp / g, 3),
+            "argument_gib": round(p.argument / g, 3), "output_gib": round(p.output / g, 3),
+            "resident_gib": round(self.resident / g, 3), "compile_s": round(p.compile_s, 1)}
+
+
+def _abstract(tree: Any, shardings: Any) -> Any:
+  """`tree`'s leaves as ShapeDtypeStructs carrying the matching leaf of `shardings`."""
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
+def _abstract_model(cfg: ModelConfig, mesh) -> Qwen3:
+  with jax.set_mesh(mesh):
+    return nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)))
+
+
+def _sharded_state(state: Any, mesh) -> Any:
+  return _abstract(state, param_shardings(state, mesh))
+
+
+def train_rows(experiment: Experiment) -> int:
+  """Rows of the largest training batch: every trained agent episode plus the designer rows
+  of one refresh (they fall due together every k steps)."""
+  s = experiment.selfplay
+  return s.num_envs * s.group_size * (2 if s.train_agent_on_hint_arm else 1) + s.num_envs
+
+
+def _train_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
+  """(jitted fns, abstract params, opt_state, reference, rest) as the Trainer holds them."""
+  rl = experiment.rl
+  graphdef, params, rest = nnx.split(_abstract_model(cfg, mesh), lora.trainable(cfg), ...)
+  params, rest = _sharded_state(params, mesh), _sharded_state(rest, mesh)
+  separate_ref = rl.beta > 0 and not cfg.lora_rank
+  fns = compile_fns(graphdef, rl, mesh, params, rest, separate_ref)
+  opt_state = jax.eval_shape(fns.init, params)
+  opt_state = _abstract(opt_state, jax.tree.map(lambda x: x.sharding, opt_state))
+  return fns, params, opt_state, params if separate_ref else None, rest
+
+
+def train_step_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
+  """A thunk compiling the GRPO step at the run's largest batch: [M, mb, T] rows of the
+  padded engine length, loss positions over a whole row."""
+  rl = experiment.rl
+  fns, params, opt_state, ref, rest = _train_inputs(experiment, cfg, mesh)
+  dp = batch_shards(mesh)
+  rows = train_rows(experiment)
+  mb = rl.micro_batch_size or -(-rows // dp) * dp
+  m, t = -(-rows // mb), padded_length(experiment.engine.max_cache_len)
+  width = loss_positions(np.ones((1, t), np.float32), rl.logprob_chunk).shape[1]
+  sh = batch_sharding(mesh, leading=1)
+  arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=sh)
+  batch = {name: arr((m, mb, t), jnp.float32)
+           for name in ("loss_mask", "behaviour_logprobs", "weights")}
+  batch.update(tokens=arr((m, mb, t), jnp.int32), attention_mask=arr((m, mb, t), jnp.int32),
+               advantages=arr((m, mb), jnp.float32), roles=arr((m, mb), jnp.int32))
+  if rl.logprob_positions == "loss":
+    batch["positions"] = arr((m, mb, width), jnp.int32)
+
+  def compile_it():
+    with jax.set_mesh(mesh):
+      return fns.step.lower(params, opt_state, ref, rest, batch).compile()
+  return compile_it
+
+
+def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
+  """(graphdef, abstract params, abstract full-capacity decode state, a SlotEngine for its
+  buckets) as the engine sees them: the trainer's parameters, sharded the same way."""
+  model = _abstract_model(cfg, mesh)
+  e = experiment.engine
+  engine = slot_engine.SlotEngine(model, num_slots=e.num_slots, max_cache_len=e.max_cache_len,
+                                  prefill_buckets=e.prefill_buckets,
+                                  decode_steps=e.decode_steps_per_poll, mesh=mesh,
+                                  decode_widths=e.decode_widths,
+                                  decode_lengths=e.decode_lengths)
+  graphdef, params = nnx.split(model)
+  params = _sharded_state(params, mesh)
+  with jax.set_mesh(mesh):
+    state = jax.eval_shape(lambda: init_decode_state(
+        cfg, engine.decode_widths[-1], engine.decode_lengths[-1], engine.max_stop_ids,
+        engine.cache_dtype))
+    state = _abstract(state, state_shardings(state, mesh))
+  return graphdef, params, state, engine
+
+
+def decode_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
+  """A thunk compiling one decode block (decode_steps_per_poll steps) over every slot."""
+  graphdef, params, state, engine = _engine_inputs(experiment, cfg, mesh)
+  active = jax.ShapeDtypeStruct(state.token.shape, jnp.bool_, sharding=state.token.sharding)
+
+  def compile_it():
+    with jax.set_mesh(mesh):
+      return slot_engine._generate.lower(graphdef, params, state, active,
+                                         num_steps=engine.decode_steps).compile()
+  return compile_it
+
+
+def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
+  """A thunk compiling the largest append of a step: the designer prompts (one refresh's
+  environments, at most the slots) in the largest prefill bucket, written into the slots."""
+  graphdef, params, state, engine = _engine_inputs(experiment, cfg, mesh)
+  rows = pick_bucket(min(experiment.selfplay.num_envs, engine.num_slots), engine.row_buckets)
+  t = engine.max_chunk
+  length = pick_bucket(t, engine.decode_lengths)
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
+  sp = SlotParams.from_requests([], [], engine.max_stop_ids, rows)
+  sp = jax.tree.map(lambda x: arr(x.shape, x.dtype), sp)
+  args = (graphdef, params, state, arr((rows,), jnp.int32), arr((rows,), jnp.int32),
+          arr((rows, t), jnp.int32), arr((rows,), jnp.int32), sp)
+
+  def compile_it():
+    with jax.set_mesh(mesh):
+      return slot_engine._append.lower(*args, length=length).compile()
+  return compile_it
+
+
+PROGRAMS: dict[str, Callable[..., Callable[[], Any]]] = {
+    "train_step": train_step_program,
+    "decode_block": decode_program,
+    "prefill_append": prefill_program,
+}
+
+
+def chip_bytes(tree: Any) -> int:
+  """Bytes one chip holds of an abstract, sharded pytree (the largest shard per array)."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
+             for x in jax.tree.leaves(tree) if x is not None)
+
+
+def resident_bytes(experiment: Experiment, cfg: ModelConfig, mesh) -> dict[str, int]:
+  """Per program, the bytes per chip that other programs keep alive beside it: the engine's
+  full-capacity decode state during the train step; the optimiser state and the frozen
+  reference (the parameters are the engine's too) during rollout."""
+  _, params, opt_state, ref, _ = _train_inputs(experiment, cfg, mesh)
+  trainer_only = chip_bytes(opt_state) + chip_bytes(ref)
+  decode_state = chip_bytes(_engine_inputs(experiment, cfg, mesh)[2])
+  return {"train_step": decode_state, "decode_block": trainer_only,
+          "prefill_append": trainer_only}
+
+
+def compile_step_programs(experiment: Experiment, slice_name: str, *,
+                          model_overrides: dict[str, Any] | None = None,
+                          hlo_dir: str | pathlib.Path | None = None,
+                          programs: tuple[str, ...] = tuple(PROGRAMS),
+                          ) -> dict[str, ProgramReport]:
+  """Compiles `programs` of one step of `experiment` for TPU slice `slice_name` (a key of
+  tpu_aot.SLICES) with the config's mesh; `model_overrides` replace ModelConfig fields (small
+  widths and depth for tests). With `hlo_dir`, each program's HLO goes to
+  <hlo_dir>/<name>.hlo.txt."""
+  cfg = dataclasses.replace(experiment.model.architecture(), **(model_overrides or {}))
+  mesh = make_mesh(experiment.mesh_shape, tpu_aot.slice_devices(slice_name))
+  resident = resident_bytes(experiment, cfg, mesh)
+  reports = {}
+  for name in programs:
+    program = tpu_aot.measure(PROGRAMS[name](experiment, cfg, mesh))
+    reports[name] = ProgramReport(program, resident[name],
+                                  tuple(tpu_aot.loop_collectives(program.hlo)))
+    if hlo_dir is not None:
+      out = pathlib.Path(hlo_dir)
+      out.mkdir(parents=True, exist_ok=True)
+      (out / f"{name}.hlo.txt").write_text(program.hlo)
+  return reports
+
+
+def summary(reports: dict[str, ProgramReport], slice_name: str) -> dict[str, Any]:
+  """The JSON line of `plan --compile`: every program fits if its peak plus what stays
+  resident beside it is within the chip's HBM."""
+  hbm = tpu_aot.SLICES[slice_name].hbm_gib
+  return {"topology": slice_name, "hbm_gib": hbm,
+          "fits": all(r.need <= hbm * tpu_aot.GIB for r in reports.values()),
+          "programs": {name: r.summary() for name, r in reports.items()}}
+
+
+def compiled_report(reports: dict[str, ProgramReport], slice_name: str) -> str:
+  """Human-readable lines: memory per program against HBM, and its largest loop collectives."""
+  hbm = tpu_aot.SLICES[slice_name].hbm_gib * tpu_aot.GIB
+  g = lambda n: f"{n / tpu_aot.GIB:7.2f} GiB"
+  lines = [f"compiled for {slice_name} by XLA's TPU compiler (per chip, HBM {g(hbm)}):"]
+  for name, r in reports.items():
+    p = r.program
+    verdict = "fits" if r.need <= hbm else "does NOT fit"
+    lines.append(f"  {name:15s} arguments {g(p.argument)}  temp {g(p.temp)}  output "
+                 f"{g(p.output - p.alias)}  peak {g(p.peak)} + resident {g(r.resident)} = "
+                 f"{g(r.need)} ({verdict}); compiled in {p.compile_s:.0f} s")
+    for op, shapes, count, size in _largest(r.loop_collectives):
+      lines.append(f"      in loop: {count} x {op} {list(shapes)} ({size / 2**20:.1f} MiB)")
+  return "\n".join(lines)
+
+
+def _largest(found: tuple[tpu_aot.Collective, ...], top: int = 5):
+  """The `top` largest distinct (op, shapes) among loop collectives, with their counts."""
+  counts: dict[tuple, list[int]] = {}
+  for c in found:
+    counts.setdefault((c.op, c.shapes), [0, c.bytes])[0] += 1
+  ranked = sorted(counts.items(), key=lambda kv: -kv[1][1])[:top]
+  return [(op, shapes, n, size) for (op, shapes), (n, size) in ranked]

@@ -1,0 +1,117 @@
+"""The project's programs judged by XLA's TPU compiler, run deviceless (spade_jax.tpu_aot).
+
+Small widths and depth keep each compile to seconds; `plan --compile` runs the same code at
+full depth (bench/RESULTS.md).
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from absl import flags
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from spade_jax import config_schema, tpu_aot
+from spade_jax.model.attention_impl import resolve_attention_impl
+from spade_jax.model.kv_cache import key_entry_axis
+from spade_jax.model.platform import current_platform
+from spade_jax.model.sharding import make_mesh
+from spade_jax.plan_compile import compile_step_programs
+
+pytestmark = pytest.mark.skipif(not tpu_aot.libtpu_available(),
+                                reason="libtpu (requirements-test.txt) is not installed")
+
+# A Qwen3 of distinct small sizes, so a collective's shape says what it carries.
+VOCAB = 4096
+SMALL = dict(num_layers=1, hidden_size=256, intermediate_size=768, num_heads=4, num_kv_heads=2,
+             head_dim=64, vocab_size=VOCAB)
+
+
+def _experiment(name: str, *overrides: str):
+  config, _ = config_schema.parse_config_args(["plan", "--config", name, *overrides],
+                                              flags.FlagValues())
+  return config_schema.validate(config, files=False)
+
+
+def test_loop_collectives_finds_a_gather_in_a_loop_body_and_not_one_hoisted_out():
+  devices = tpu_aot.slice_devices("v5e-8")
+  mesh = Mesh(np.array(devices), ("x",))
+  w = jax.ShapeDtypeStruct((512, 8192), jnp.bfloat16, sharding=NamedSharding(mesh,
+                                                                             PartitionSpec("x")))
+  h = jax.ShapeDtypeStruct((16, 64, 512), jnp.bfloat16,
+                           sharding=NamedSharding(mesh, PartitionSpec(None, "x")))  # rows
+
+  def in_loop(w, h):
+    return jax.lax.map(lambda hc: jax.nn.logsumexp(hc @ w, -1), h).sum()
+
+  def hoisted(w, h):
+    whole = jax.lax.with_sharding_constraint(w, NamedSharding(mesh, PartitionSpec()))
+    return jax.lax.map(lambda hc: jax.nn.logsumexp(hc @ whole, -1), h).sum()
+
+  found = tpu_aot.loop_collectives(tpu_aot.compile_program(jax.grad(in_loop), (w, h)).hlo)
+  assert [(c.op, c.shapes, c.bytes) for c in found] == [("all-gather", ((512, 8192),),
+                                                         512 * 8192 * 2)]
+  program = tpu_aot.compile_program(jax.grad(hoisted), (w, h))
+  assert tpu_aot.loop_collectives(program.hlo) == []
+  assert any(c.op == "all-gather" for c in tpu_aot.collectives(program.hlo))
+
+
+def test_the_platform_switch_follows_a_tpu_mesh_on_a_cpu_host():
+  mesh = make_mesh({"fsdp": -1}, tpu_aot.slice_devices("v5e-8"))
+  assert current_platform() == "cpu"
+  with jax.set_mesh(mesh):
+    assert current_platform() == "tpu"
+    assert resolve_attention_impl("auto", "bfloat16") == "pallas_tpu"
+    assert key_entry_axis() == 2
+
+
+def test_the_train_step_gathers_no_vocabulary_table_in_a_loop():
+  """The log-prob chunks compute vocabulary-parallel logits: on main before this the LoRA
+  step on a v5e-8 all-gathered the [V, D] table in three loop bodies (reference forward,
+  policy forward, backward)."""
+  experiment = _experiment("games_lora.py", "--config.engine.max_cache_len=1024",
+                           "--config.engine.prefill_buckets=(256,)")
+  report = compile_step_programs(experiment, "v5e-8", model_overrides=SMALL,
+                                 programs=("train_step",))["train_step"]
+  vocab_sized = [c for c in report.loop_collectives
+                 if any(VOCAB in shape for shape in c.shapes)]
+  assert vocab_sized == []
+  # What crosses chips inside the chunk loop is [B, C, D]-sized: rows' hidden states.
+  assert max(c.bytes for c in report.loop_collectives) < VOCAB * SMALL["hidden_size"] * 2
+
+
+def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
+  env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+  env.pop("JAX_PLATFORMS", None)  # the command keeps the CPU itself on a host without chips
+  env.pop("XLA_FLAGS", None)
+  proc = subprocess.run([sys.executable, "-m", "spade_jax.plan", "--config", "smoke.py",
+                         "--topology", "v5e-1", "--compile", "--hlo_dir", str(tmp_path)],
+                        capture_output=True, text=True, timeout=600, env=env, check=False,
+                        cwd=config_schema.REPO_ROOT)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  summary = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert summary["topology"] == "v5e-1" and summary["hbm_gib"] == 16 and summary["fits"]
+  assert set(summary["programs"]) == {"train_step", "decode_block", "prefill_append"}
+  for figures in summary["programs"].values():
+    assert {"peak_gib", "temp_gib", "argument_gib", "compile_s"} <= set(figures)
+    assert figures["peak_gib"] > 0
+  assert sorted(p.name for p in tmp_path.iterdir()) == [
+      "decode_block.hlo.txt", "prefill_append.hlo.txt", "train_step.hlo.txt"]
+  assert "compiled for v5e-1 by XLA's TPU compiler" in proc.stdout
+
+
+def test_plan_compile_refuses_a_mesh_the_slice_cannot_hold_in_one_line():
+  env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
+  proc = subprocess.run([sys.executable, "-m", "spade_jax.plan", "--config", "smoke.py",
+                         "--topology", "v5e-8", "--compile"], capture_output=True, text=True,
+                        timeout=300, env=env, check=False, cwd=config_schema.REPO_ROOT)
+  assert proc.returncode == 1 and proc.stdout == ""
+  errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+  assert errors == ["error: config.mesh on v5e-8: mesh config {'data': 1, 'fsdp': 1, "
+                    "'tensor': 1, 'expert': 1} needs 1 devices, 8 available"]
+  assert "Traceback" not in proc.stderr
