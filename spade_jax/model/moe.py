@@ -107,16 +107,16 @@ class MoEBlock(nnx.Module):
     """Whether routing per batch shard moves less than one sort of all `tokens`.
 
     Per shard, every chip gathers its experts' kernels (when "embed" is split); the global
-    sort instead moves the dispatched rows, [tokens * k, D] and twice [tokens * k, F],
-    between chips. The rows are fewer for a few tokens (decode: a layer's experts dwarf
-    them), the kernels for a training micro-batch."""
+    sort instead all-reduces the dispatched rows, [tokens * k, D] and twice [tokens * k, F],
+    and an all-reduce moves each byte twice. The rows are fewer for a few tokens (decode: a
+    layer's experts dwarf them), the kernels for a training micro-batch."""
     kernel = self.gate_proj.kernel
     spec = logical_to_spec(kernel.get_metadata()["logical_axes"], kernel.shape, mesh)
     if not _axes(spec[1]):
       return True  # the kernels stay where they are
     e, d, f = kernel.shape
     held = e * f // math.prod(mesh.shape[a] for a in _axes(spec[0], spec[2]))  # E_held * F_held
-    return tokens * self.top_k * (d + 2 * f) >= 3 * held * d
+    return 2 * tokens * self.top_k * (d + 2 * f) >= 3 * held * d
 
   def dispatch(self, x: jax.Array, first_expert: jax.Array | int = 0) -> jax.Array:
     """x [B, T, D] -> [B, T, D] from the experts whose kernels this block holds: [E_held, ...]
