@@ -10,6 +10,9 @@ one section derives from another are computed here, once:
   `config.sampling`): the trainer's log-probs divide the logits by it;
 * `selfplay.max_cache_len` is the engine's (`config.engine.max_cache_len`): prompts are cut
   so that a whole reply fits the cache.
+* `rl.bounds` is the largest batch a step trains on (`SelfPlayConfig.batch_bounds`, from
+  `config.selfplay`, `config.sampling`, the cache length and `train.num_steps`): the
+  trainer's step compiles for it alone, without and with designer rows.
 
 `spade_jax.config_schema.validate` builds it and checks the files the config names;
 `spade_jax.run.run` takes it.
@@ -93,6 +96,9 @@ class Experiment:
             self.rl.temperature, f"the rollouts' temperature {self.selfplay.temperature}")
     require(self.selfplay.max_cache_len == self.engine.max_cache_len, "selfplay.max_cache_len",
             self.selfplay.max_cache_len, f"engine.max_cache_len={self.engine.max_cache_len}")
+    bounds = self.selfplay.batch_bounds(self.train.num_steps)
+    require(self.rl.bounds == bounds, "rl.bounds", self.rl.bounds,
+            f"{bounds}, the self-play settings' (SelfPlayConfig.batch_bounds)")
 
   @property
   def seed(self) -> int:
@@ -113,12 +119,13 @@ class Experiment:
     source = (config.to_json_best_effort(indent=1, sort_keys=True)
               if hasattr(config, "to_json_best_effort")
               else json.dumps(config, indent=1, sort_keys=True, default=str))
+    train = from_section(TrainConfig, config.train, "train")
     return cls(model=from_section(PolicyConfig, config.model, "model"), selfplay=selfplay,
                engine=engine, sandbox=from_section(SandboxConfig, config.sandbox, "sandbox"),
-               rl=RLConfig.from_config(config.rl, temperature=selfplay.temperature),
+               rl=RLConfig.from_config(config.rl, temperature=selfplay.temperature,
+                                       bounds=selfplay.batch_bounds(train.num_steps)),
                corpus=CorpusConfig.from_config(config.corpus),
-               metrics=MetricsConfig.from_config(config),
-               train=from_section(TrainConfig, config.train, "train"),
+               metrics=MetricsConfig.from_config(config), train=train,
                eval=EvalConfig.from_config(config), tokenizer=config.tokenizer,
                mesh=tuple(sorted(mesh.items(), key=_axis_order)), source=source)
 

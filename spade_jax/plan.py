@@ -36,6 +36,7 @@ from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
+from spade_jax.rl.step_inputs import bounded_shape
 
 GIB = 1024 ** 3
 
@@ -220,8 +221,13 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *,
   agent_rows = s.num_envs * s.group_size * (2 if s.train_agent_on_hint_arm else 1)
   rows = agent_rows + -(-s.num_envs // s.k)  # designer rows due per step, on average
   beta = rl.beta
-  micro_batch = -(-(rl.micro_batch_size or rows) // dp) * dp  # the trainer's rule
-  train = train_memory(cfg, rows=rows, micro_batch=micro_batch, t=t, loss_positions=t,
+  # The trainer's larger step: every batch with designer rows pads to it (rl/step_inputs.py).
+  shape = bounded_shape(rl.bounds, designer=True, micro_batch_size=rl.micro_batch_size,
+                        multiple_of=dp,
+                        chunk=rl.logprob_chunk if rl.logprob_positions == "loss" else None)
+  micro_batch = shape.micro_batch
+  train = train_memory(cfg, rows=shape.rows, micro_batch=micro_batch, t=shape.length,
+                       loss_positions=shape.loss_width or shape.length,
                        beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
                        logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None)
   kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)

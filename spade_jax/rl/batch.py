@@ -8,6 +8,10 @@ Advantages are computed by the trainer from `rewards` within groups (`group_ids`
 separately per role, so designer and agent signals stay on comparable scales;
 `advantage_offsets` (optional) is added to each row's group-normalised advantage (the
 designer's two-level validity term, selfplay/designer_advantage.py).
+
+`BatchBounds` is the largest batch a run hands over (`SelfPlayConfig.batch_bounds` derives it
+from the config): the trainer pads every batch to it, so its step compiles for two shapes
+only, without and with designer rows (rl/step_inputs.py).
 """
 
 from __future__ import annotations
@@ -46,3 +50,13 @@ class TrainBatch:
   @property
   def num_rows(self) -> int:
     return self.tokens.shape[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchBounds:
+  """The most rows and tokens one step's TrainBatch can have, from the run's config."""
+
+  agent_rows: int  # agent rows of one step (selfplay.num_envs x group_size x trained arms)
+  designer_rows: int  # designer rows that can fall due in one step (0: none are trained)
+  length: int  # tokens in the longest row (engine.max_cache_len)
+  loss_tokens: int  # loss tokens in one row (turns x sampling.<role>.max_new_tokens)

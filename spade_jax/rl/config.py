@@ -3,8 +3,9 @@
 `RLConfig.from_config(config.rl, temperature=...)` accepts an `ml_collections.ConfigDict`
 or a plain mapping. Missing fields take the defaults below; unknown fields and bad values
 raise a `ConfigError` naming the field, so a typo in a launch override fails before
-anything compiles. `temperature` is derived (the rollouts' sampling temperature): the
-experiment (`spade_jax.experiment.Experiment`) passes it, config.rl does not hold it.
+anything compiles. `temperature` (the rollouts' sampling temperature) and `bounds` (the
+largest batch of the run) are derived: the experiment (`spade_jax.experiment.Experiment`)
+passes them, config.rl does not hold them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 from spade_jax.checks import ConfigError, derived, is_number, require, settable_fields
 from spade_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from spade_jax.rl.aggregation import AGGREGATIONS
+from spade_jax.rl.batch import BatchBounds
 from spade_jax.rl.kl import KL_ESTIMATORS
 
 SCHEDULES = ("constant", "cosine")
@@ -65,6 +67,11 @@ class RLConfig:
   # The rollouts' sampling temperature (logits are divided by it). Not a config.rl field:
   # the experiment derives it from config.sampling (SelfPlayConfig.temperature).
   temperature: float = derived(1.0, "sampling.agent.temperature")
+  # The largest batch of the run (SelfPlayConfig.batch_bounds): every batch pads to it, so the
+  # step compiles at most twice (rl/step_inputs.py). None (a Trainer built on its own, e.g.
+  # in tests): each batch's own size sets its shape.
+  bounds: BatchBounds | None = derived(
+      None, "selfplay, sampling, engine.max_cache_len and train.num_steps")
 
   def __post_init__(self):
     for name, options in (("schedule", SCHEDULES), ("kl_estimator", tuple(KL_ESTIMATORS)),
@@ -95,9 +102,11 @@ class RLConfig:
     _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
 
   @classmethod
-  def from_config(cls, rl: Mapping[str, Any] | Any, *, temperature: float = 1.0) -> RLConfig:
-    """Builds the struct from `config.rl` (ConfigDict or mapping) and the rollouts'
-    temperature; unknown keys raise. Integral floats of int fields become ints."""
+  def from_config(cls, rl: Mapping[str, Any] | Any, *, temperature: float = 1.0,
+                  bounds: BatchBounds | None = None) -> RLConfig:
+    """Builds the struct from `config.rl` (ConfigDict or mapping), the rollouts' temperature
+    and the run's batch bounds; unknown keys raise. Integral floats of int fields become
+    ints."""
     values = dict(rl.to_dict() if hasattr(rl, "to_dict") else rl)
     fields = {f.name: f for f in settable_fields(cls)}
     if "temperature" in values:
@@ -117,7 +126,7 @@ class RLConfig:
           require(value == int(value), f"rl.{name}", value, "an integer")
         value = type(default)(value)
       typed[name] = value
-    return cls(**typed, temperature=temperature)
+    return cls(**typed, temperature=temperature, bounds=bounds)
 
 
 def _check(ok: bool, name: str, expected: str, value: Any) -> None:

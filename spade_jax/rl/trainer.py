@@ -151,7 +151,7 @@ class Trainer:
     chunk = self.cfg.logprob_chunk if self.cfg.logprob_positions == "loss" else None
     arrays = prepare_batch(batch, adv, weights, micro_batch_size=self.cfg.micro_batch_size,
                            multiple_of=self._dp, vocab_size=self.policy.cfg.vocab_size,
-                           chunk=chunk)
+                           chunk=chunk, bounds=self.cfg.bounds)
     return arrays, stats
 
   def maybe_save(self, host_state: dict | None = None, *, force: bool = False) -> bool:

@@ -6,7 +6,9 @@ Groups (advantages are normalised within a group, separately per role by the tra
     delayed designer reward; which designs get a row, and a two-level advantage term, follow
     `selfplay.designer_advantage` (selfplay/designer_advantage.py).
 Only tokens the policy sampled carry loss: agent replies (not the prompt, observations or
-template tokens between turns) and the designer's output (not its prompt).
+template tokens between turns) and the designer's output (not its prompt). An agent row ends
+at its last sampled token: what follows (a last observation) cannot change any loss token's
+log-prob, and may lie past the engine's cache, which bounds the trainer's rows.
 
 Episodes dropped for sandbox infrastructure errors never enter the batch; nor do episodes
 without a sampled token (reset failed, prompt too long) or designs without a measured regret.
@@ -46,7 +48,8 @@ def agent_samples(episodes: Iterable[Episode], step: int,
       continue
     if ep.spec.arm == "hint" and not train_on_hint_arm:
       continue
-    out.append(Sample(list(ep.tokens), list(ep.loss_mask), list(ep.logprobs),
+    end = max(i for i, m in enumerate(ep.loss_mask) if m) + 1  # the last sampled token
+    out.append(Sample(list(ep.tokens[:end]), list(ep.loss_mask[:end]), list(ep.logprobs[:end]),
                       ep.episode_return, f"agent/{step}/{ep.spec.env_uid}/{ep.spec.arm}", AGENT))
   return out
 

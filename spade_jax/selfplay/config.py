@@ -18,6 +18,7 @@ from typing import Any
 from spade_jax.checks import ConfigError, derived, is_int, is_number, require
 from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
+from spade_jax.rl.batch import BatchBounds
 from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES
 from spade_jax.selfplay.prompts import DESIGNER_PROMPTS, SETTINGS, designer_system_prompt
 from spade_jax.selfplay.regret import get_designer_reward
@@ -132,6 +133,25 @@ class SelfPlayConfig:
   def max_prompt_tokens(self, params: SamplingParams) -> int | None:
     """Longest prompt that leaves room for a whole reply in the engine's cache."""
     return None if self.max_cache_len is None else self.max_cache_len - params.max_new_tokens
+
+  def batch_bounds(self, num_steps: int) -> BatchBounds:
+    """The largest TrainBatch of a run of `num_steps` steps: the trainer compiles its step
+    for it (rl/step_inputs.py), so it must hold every step's rows.
+
+    Agent rows: G episodes of each of num_envs environments per trained arm. Designer rows:
+    the num_envs designs of the refresh that falls due, and on the run's last step those of
+    its own refresh too when that step refreshes (loop.py trains every pending design then).
+    A row is at most the engine's cache long (loop batching ends agent rows at their last
+    sampled token), with at most max_turns agent replies or one designer output of loss."""
+    require(self.max_cache_len is not None, "engine.max_cache_len", None,
+            "an int (it bounds the length of a training row)")
+    arms = 2 if self.train_agent_on_hint_arm and not self.fixed_envs else 1
+    windows = 2 if num_steps > 1 and (num_steps - 1) % self.k == 0 else 1
+    designs = self.num_envs * windows if self.train_designer and not self.fixed_envs else 0
+    loss = max(self.max_turns * self.agent_sampling.max_new_tokens,
+               self.designer_sampling.max_new_tokens if designs else 0)
+    return BatchBounds(agent_rows=self.num_envs * self.group_size * arms, designer_rows=designs,
+                       length=self.max_cache_len, loss_tokens=min(loss, self.max_cache_len))
 
   @classmethod
   def from_config(cls, config: Any, *, max_cache_len: int | None = None) -> SelfPlayConfig:

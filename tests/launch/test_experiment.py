@@ -30,7 +30,10 @@ def test_every_section_of_the_base_config_is_its_structs_defaults():
   experiment = config_schema.validate(base)
   for name, cls in SECTIONS.items():
     assert set(base[name].keys()) == {f.name for f in settable_fields(cls)}, name
-    assert getattr(experiment, name) == cls(), name
+    section = getattr(experiment, name)
+    derived = {f.name: getattr(section, f.name) for f in dataclasses.fields(cls)
+               if "derived" in f.metadata}
+    assert section == cls(**derived), name
   # Self-play spans seed, setting, selfplay and sampling; its cache length is the engine's.
   assert experiment.selfplay == SelfPlayConfig(max_cache_len=EngineConfig.max_cache_len)
   defaults = {f.name: f.default for f in dataclasses.fields(Experiment)}
@@ -44,11 +47,15 @@ def test_derived_fields_are_computed_when_the_experiment_is_built():
   config.sampling.designer.temperature = config.sampling.agent.temperature = 0.7
   experiment = config_schema.validate(config)
   assert experiment.selfplay.max_cache_len == 4096 and experiment.rl.temperature == 0.7
+  assert experiment.rl.bounds.length == 4096  # and the rest of SelfPlayConfig.batch_bounds
+  assert experiment.rl.bounds == experiment.selfplay.batch_bounds(experiment.train.num_steps)
   with pytest.raises(ConfigError, match="config.rl.temperature=1.0: expected the rollouts'"):
     dataclasses.replace(experiment, rl=dataclasses.replace(experiment.rl, temperature=1.0))
   with pytest.raises(ConfigError, match="selfplay.max_cache_len=8192: expected engine"):
     dataclasses.replace(experiment, selfplay=dataclasses.replace(experiment.selfplay,
                                                                  max_cache_len=8192))
+  with pytest.raises(ConfigError, match="config.rl.bounds=None: expected BatchBounds"):
+    dataclasses.replace(experiment, rl=dataclasses.replace(experiment.rl, bounds=None))
 
 
 def test_the_root_takes_the_typed_experiment():
