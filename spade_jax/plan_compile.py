@@ -18,7 +18,6 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 from spade_jax import tpu_aot
@@ -29,7 +28,7 @@ from spade_jax.model import Qwen3, lora
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.sharding import batch_sharding, batch_shards, make_mesh
 from spade_jax.model.sharding import state_shardings as param_shardings
-from spade_jax.rl.step_inputs import loss_positions, padded_length
+from spade_jax.rl.step_inputs import bounded_shape
 from spade_jax.rl.trainer import compile_fns
 
 
@@ -69,13 +68,6 @@ def _sharded_state(state: Any, mesh) -> Any:
   return _abstract(state, param_shardings(state, mesh))
 
 
-def train_rows(experiment: Experiment) -> int:
-  """Rows of the largest training batch: every trained agent episode plus the designer rows
-  of one refresh (they fall due together every k steps)."""
-  s = experiment.selfplay
-  return s.num_envs * s.group_size * (2 if s.train_agent_on_hint_arm else 1) + s.num_envs
-
-
 def _train_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
   """(jitted fns, abstract params, opt_state, reference, rest) as the Trainer holds them."""
   rl = experiment.rl
@@ -89,23 +81,23 @@ def _train_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
 
 
 def train_step_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
-  """A thunk compiling the GRPO step at the run's largest batch: [M, mb, T] rows of the
-  padded engine length, loss positions over a whole row."""
+  """A thunk compiling the GRPO step at the run's larger fixed shape (the one with designer
+  rows, rl/step_inputs.bounded_shape): what the trainer compiles."""
   rl = experiment.rl
   fns, params, opt_state, ref, rest = _train_inputs(experiment, cfg, mesh)
-  dp = batch_shards(mesh)
-  rows = train_rows(experiment)
-  mb = rl.micro_batch_size or -(-rows // dp) * dp
-  m, t = -(-rows // mb), padded_length(experiment.engine.max_cache_len)
-  width = loss_positions(np.ones((1, t), np.float32), rl.logprob_chunk).shape[1]
+  chunk = rl.logprob_chunk if rl.logprob_positions == "loss" else None
+  shape = bounded_shape(rl.bounds, designer=rl.bounds.designer_rows > 0,
+                        micro_batch_size=rl.micro_batch_size, multiple_of=batch_shards(mesh),
+                        chunk=chunk)
+  m, mb, t = shape.rows // shape.micro_batch, shape.micro_batch, shape.length
   sh = batch_sharding(mesh, leading=1)
   arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=sh)
   batch = {name: arr((m, mb, t), jnp.float32)
            for name in ("loss_mask", "behaviour_logprobs", "weights")}
   batch.update(tokens=arr((m, mb, t), jnp.int32), attention_mask=arr((m, mb, t), jnp.int32),
                advantages=arr((m, mb), jnp.float32), roles=arr((m, mb), jnp.int32))
-  if rl.logprob_positions == "loss":
-    batch["positions"] = arr((m, mb, width), jnp.int32)
+  if shape.loss_width is not None:
+    batch["positions"] = arr((m, mb, shape.loss_width), jnp.int32)
 
   def compile_it():
     with jax.set_mesh(mesh):
