@@ -34,6 +34,7 @@ from flax import nnx
 from spade_jax import config_schema
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
+from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
 from spade_jax.rl.step_inputs import bounded_shape
@@ -122,15 +123,29 @@ def lora_second_copies(cfg: ModelConfig) -> int:
   return _bytes(cfg.compute_dtype) * sum(width.get(n, 0) for n in lora.target_names(cfg))
 
 
-def layer_activation_bytes(cfg: ModelConfig, t: int) -> int:
+def attention_residual_bytes(cfg: ModelConfig, t: int, kernel: str) -> int:
+  """Bytes the uncached attention `kernel` (attention_impl.py) keeps for its backward per row
+  of length t, beyond q, k, v and the output: the blocked kernel (CPU) the float32
+  probabilities of every head and the float32 mask bias of each kv group per query-key pair;
+  the fused kernels (splash on TPU, cuDNN) a float32 log-sum-exp per head and query; the
+  plain XLA one the whole [T, T] probabilities of every head."""
+  h, group = cfg.num_heads, cfg.num_heads // cfg.num_kv_heads
+  if kernel == "blocked":
+    return 4 * (h + group) * attention_pairs(t)
+  if kernel == "xla":
+    return 4 * h * t * t
+  return 4 * h * t
+
+
+def layer_activation_bytes(cfg: ModelConfig, t: int, kernel: str = "blocked") -> int:
   """Bytes one decoder layer keeps for its backward pass, per row of length t.
 
   Per token, in the compute dtype: six D-wide arrays (layer input, the two norm outputs,
   attention output, residual, MLP output), four copies of q, k and v (projection, q/k norm,
   rotary, head-major), four MLP-wide arrays (gate, up, SiLU, product; k experts' worth in an
-  MoE layer, plus its router logits). Per query-key pair the blocked causal attention keeps
-  the float32 probabilities of every head and the float32 mask bias of each kv group. With
-  LoRA each adapted projection also keeps its `[T, r]` product `x A`.
+  MoE layer, plus its router logits); then what the attention `kernel` keeps
+  (`attention_residual_bytes`). With LoRA each adapted projection also keeps its `[T, r]`
+  product `x A`.
   """
   c = _bytes(cfg.compute_dtype)
   d, hd = cfg.hidden_size, cfg.head_dim
@@ -138,8 +153,7 @@ def layer_activation_bytes(cfg: ModelConfig, t: int) -> int:
          if cfg.is_moe else 4 * cfg.intermediate_size)
   per_token = c * (6 * d + 4 * (cfg.num_heads + 2 * cfg.num_kv_heads) * hd + mlp)
   per_token += c * cfg.lora_rank * len(lora.target_names(cfg)) if cfg.lora_rank else 0  # x A
-  group = cfg.num_heads // cfg.num_kv_heads
-  return t * per_token + 4 * (cfg.num_heads + group) * attention_pairs(t)
+  return t * per_token + attention_residual_bytes(cfg, t, kernel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,18 +175,20 @@ class TrainMemory:
 
 def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_positions: int,
                  beta: float, dp: int = 1, model_shards: int = 1,
-                 logprob_chunk: int | None = None) -> TrainMemory:
+                 logprob_chunk: int | None = None, platform: str = "cpu") -> TrainMemory:
   """The step's memory per chip: `rows` x `t` tokens in micro-batches of `micro_batch` rows
   split over `dp` chips, logits at `loss_positions` positions a row, parameters split
   `model_shards` ways; float32 gradients (the running sum and one micro-batch's). With
   `logprob_chunk` (config.rl.logprob_remat) only one chunk's logits are live at a time.
   With LoRA the optimiser state and gradients are the adapters' and the reference is the
-  base itself (no copy); without rematerialisation the layers keep `lora_second_copies`."""
+  base itself (no copy); without rematerialisation the layers keep `lora_second_copies`.
+  The attention's residuals are those of the kernel `platform` resolves to."""
   total, _ = parameter_counts(cfg)
   trained = trained_count(cfg)
   p = _bytes(cfg.param_dtype)
   r = -(-micro_batch // dp)  # rows of one micro-batch on one chip
-  layer = layer_activation_bytes(cfg, t)
+  layer = layer_activation_bytes(
+      cfg, t, resolve_attention_impl(cfg.attention_impl, cfg.compute_dtype, platform))
   # The chunks' softmax residuals (f32), or one chunk's logits and their gradient.
   positions = loss_positions if logprob_chunk is None else 2 * logprob_chunk
   logits = r * positions * cfg.vocab_size * 4
@@ -229,7 +245,8 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *,
   train = train_memory(cfg, rows=shape.rows, micro_batch=micro_batch, t=shape.length,
                        loss_positions=shape.loss_width or shape.length,
                        beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
-                       logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None)
+                       logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None,
+                       platform="tpu")
   kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)
   kv = (experiment.engine.num_slots * t * cfg.num_layers * 2 * cfg.num_kv_heads
         * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
