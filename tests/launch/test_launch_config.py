@@ -146,8 +146,8 @@ def test_unknown_config_module_lists_available():
     _parse("--config=nope.py")
 
 
-@pytest.mark.parametrize("name", ["smoke", "games", "tool_use", "games_lora", "starter",
-                                  "starter_ci"])
+@pytest.mark.parametrize("name", ["smoke", "games", "tool_use", "games_lora", "games_8b",
+                                  "starter", "starter_ci"])
 def test_shipped_configs_validate(name, tmp_path):
   config, _, _ = _parse(f"--config={name}")
   if config.model.checkpoint:  # the TPU configs point at a checkpoint dir on the TPU VM
