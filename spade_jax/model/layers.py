@@ -15,7 +15,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.matmul import matmul
-from spade_jax.model.sharding import gathered_weight
 
 # Hugging Face's Qwen3 `initializer_range`: every projection starts as N(0, 0.02^2).
 INIT_STD = 0.02
@@ -59,8 +58,7 @@ class Einsum(nnx.Module):
   def __call__(self, x: jax.Array, kernel: jax.Array | None = None) -> jax.Array:
     """x [B, T, ...] -> the projection; `kernel` replaces the parameter's value (a resharded
     copy of it, e.g. the loss's vocabulary-parallel head)."""
-    if kernel is None:
-      kernel = gathered_weight(self.kernel[...], self.kernel.get_metadata()["logical_axes"])
+    kernel = self.kernel[...] if kernel is None else kernel
     if not self.matmul:
       return jnp.einsum(self.spec, x.astype(self.compute_dtype),
                         kernel.astype(self.compute_dtype), preferred_element_type=self.out_dtype)
@@ -133,8 +131,7 @@ class Embed(nnx.Module):
   def attend(self, h: jax.Array, embedding: jax.Array | None = None) -> jax.Array:
     """h [B, T, D] -> logits [B, T, V] in fp32; `embedding` replaces the table (see Einsum)."""
     b, t, d = h.shape
-    if embedding is None:
-      embedding = gathered_weight(self.embedding[...], ("vocab", "embed"))
+    embedding = self.embedding[...] if embedding is None else embedding
     logits = matmul(h.reshape(b * t, d), embedding, compute_dtype=self.compute_dtype,
                     out_dtype=jnp.float32, transpose_w=True)  # [B*T, V]
     return logits.reshape(b, t, -1)

@@ -159,23 +159,6 @@ def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
   return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh))
 
 
-def gathered_weight(w: jax.Array, axes: Sequence[str | None]) -> jax.Array:
-  """A weight as a layer multiplies with it: its shards over the batch axes (FSDP) gathered,
-  tensor and expert sharding kept, so every chip multiplies its own rows by the whole weight
-  (and the gradient is reduce-scattered back). Without the constraint XLA may instead
-  contract over the FSDP-sharded dimension and all-reduce activation-sized partial sums.
-  A no-op without an active mesh."""
-  mesh = jax.sharding.get_abstract_mesh()
-  if mesh.empty:
-    return w
-  batch = set(LOGICAL_RULES["batch"] or ())
-  keep = lambda entry: tuple(a for a in (entry if isinstance(entry, tuple) else (entry,))
-                             if a is not None and a not in batch)
-  spec = [keep(e) for e in logical_to_spec(axes, w.shape, mesh)]
-  spec = [e if len(e) > 1 else (e[0] if e else None) for e in spec]
-  return jax.lax.with_sharding_constraint(w, PartitionSpec(*spec))
-
-
 def host_get(tree: Any) -> Any:
   """`jax.device_get` that also works on arrays spanning several processes' devices.
 
