@@ -14,9 +14,11 @@ chip count):
 Sized to the chip's HBM (`--hbm-gib`, else the device's own `bytes_limit`, else
 spade_jax.tpu_aot.SLICES' figure for its kind): before a part allocates anything at a size,
 its programs are compiled on abstract arrays and their per-chip peak (arguments + outputs
-not aliased + temporaries) must be at most 90% of HBM. A decode batch that does not fit is
-reported as {"skipped": "needs X GiB of Y GiB per chip"}; GRPO shrinks its micro-batch and
-rollout its slots (halving, down to the batch shards) before it is skipped.
+not aliased + temporaries) must be at most 90% of HBM (a program XLA's TPU compiler refuses
+for HBM does not fit either: it needs what the compiler says). A decode batch that does not
+fit is reported as {"skipped": "needs X GiB of Y GiB per chip"}; GRPO shrinks its
+micro-batch and rollout its slots (halving, down to the batch shards) before it is skipped.
+The sizing compiles each program once more than the run itself does.
 Parts (`--parts`; each preset runs every part):
 - decode: the slot engine's own calls (JetStream's prefill / insert / generate), greedy, on
   512-token random prompts at batch 1, 64 and 256: prefill_tok_s = batch * 512 / (time of the
@@ -53,6 +55,7 @@ import functools
 import json
 import math
 import pathlib
+import re
 import sys
 import time
 import traceback
@@ -207,6 +210,23 @@ def largest_fitting(sizes: Sequence[int], peak_of: Callable[[int], float],
   return None, peak
 
 
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# XLA's TPU compiler refuses a program over HBM; its message names what it needed, e.g.
+# "the total memory required for HLO temporaries (22.89G) exceeds available HBM (15.75G)"
+# or "Used 22.89G of 15.75G hbm".
+_NEEDED = re.compile(r"(?:required[^(]*\(|Used )([\d.]+)([KMGT]?)")
+
+
+def refused_bytes(err: jax.errors.JaxRuntimeError) -> float:
+  """What a program the compiler refused for memory (RESOURCE_EXHAUSTED) needs at least, from
+  the compiler's message (inf when it names no size); any other error is raised again."""
+  message = str(err)
+  if "RESOURCE_EXHAUSTED" not in message:
+    raise err
+  found = _NEEDED.search(message)
+  return float(found[1]) * _UNITS[found[2]] if found else math.inf
+
+
 def per_chip_bytes(tree) -> int:
   """Bytes one chip holds of a tree of sharded (abstract or real) arrays: each leaf's shard."""
   return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
@@ -229,13 +249,21 @@ def _replicated(tree, mesh: Mesh):
   return _shaped(tree, jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree))
 
 
-def engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> int:
+def engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> float:
   """Per-chip bytes of `engine` (over an abstract or real model) with `rows` slots of
   `length` cache entries fed prompts of `chunk` tokens, as the engine pads them to its
   buckets: the larger of a generate block and an append of `chunk` tokens to every slot
   (each holds the weights and the whole decode state; an append's attention over the
   state bounds a fresh prefill's), plus a prefill's prefix of rows x chunk waiting beside
-  them. Compiled on abstract arrays; nothing runs."""
+  them. Compiled on abstract arrays; nothing runs. A program the compiler refuses for HBM
+  (TPU) counts as what the compiler says it needs."""
+  try:
+    return _engine_peak(engine, rows, chunk, length)
+  except jax.errors.JaxRuntimeError as err:
+    return refused_bytes(err)
+
+
+def _engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> int:
   mesh, cfg = engine.mesh, engine.cfg
   slots = pick_bucket(rows, engine.decode_widths)
   entries = pick_bucket(length, engine.decode_lengths)
@@ -265,6 +293,15 @@ def grpo_state_bytes(cfg: ModelConfig, mesh: Mesh) -> int:
   """Per-chip bytes a Trainer holds before its first step: the fp32 parameters, AdamW's two
   moments and the frozen reference, each sharded like its parameter."""
   return 4 * per_chip_bytes(nnx.state(abstract_model(cfg, mesh), nnx.Param))
+
+
+def step_peak(trainer: Trainer, batch: TrainBatch) -> float:
+  """Per-chip bytes of the trainer's step on `batch`, compiled and not run (or what the
+  compiler says it needs when it refuses the step for HBM)."""
+  try:
+    return compiled_peak(trainer.compiled_step(batch))
+  except jax.errors.JaxRuntimeError as err:
+    return refused_bytes(err)
 
 
 def compiled_peak(compiled: jax.stages.Compiled) -> int:
@@ -414,11 +451,11 @@ def _grpo_trainer(cfg: ModelConfig, setting: Setting,
   model = _model(cfg, setting.mesh)
   trainers: dict[int, Trainer] = {}
 
-  def peak_of(micro: int) -> int:
+  def peak_of(micro: int) -> float:
     trainers.clear()  # the previous size's optimiser state goes before the next is made
     trainers[micro] = Trainer(dict(beta=0.05, micro_batch_size=micro, learning_rate=1e-6),
                               model, setting.mesh)
-    return compiled_peak(trainers[micro].compiled_step(batch))
+    return step_peak(trainers[micro], batch)
 
   shards = batch_shards(setting.mesh)
   micro, peak = largest_fitting(halvings(round_up(GRPO_MICRO, shards), shards), peak_of,
@@ -456,7 +493,7 @@ def rollout_slots(cfg: ModelConfig, mesh: Mesh, slots: int,
   abstract = abstract_model(cfg, mesh)
   shards = batch_shards(mesh)
 
-  def peak_of(n: int) -> int:
+  def peak_of(n: int) -> float:
     engine = SlotEngine(abstract, num_slots=n, decode_steps=ROLLOUT_DECODE_STEPS,
                         **ROLLOUT_ENGINE)
     return engine_peak(engine, n, engine.max_chunk, engine.max_cache_len + engine.max_chunk)

@@ -340,14 +340,49 @@ def test_grpo_shrinks_its_micro_batch_to_fit(monkeypatch):
   assert trainer is None and sizes == bench.Budget(0.99 * one / bench.HBM_FILL).skipped(one)
 
 
-@pytest.fixture(name="v5e_8")
-def _v5e_8(monkeypatch):
-  """The 8 devices of a deviceless TPU v5e-8 (libtpu's compiler on this CPU)."""
+@pytest.fixture(name="tpu_slice")
+def _tpu_slice(monkeypatch):
+  """tpu_aot.slice_devices: deviceless TPU slices (libtpu's compiler on this CPU)."""
   pytest.importorskip("libtpu")
-  # Another process compiling for TPU on this host holds libtpu's lockfile; compiling needs no
-  # exclusive chip access.
+  # Another process compiling for TPU on this host may hold libtpu's lockfile; compiling
+  # needs no exclusive chip access.
   monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  return bench.tpu_aot.slice_devices("v5e-8")
+  return bench.tpu_aot.slice_devices
+
+
+@pytest.fixture(name="v5e_8")
+def _v5e_8(tpu_slice):
+  return tpu_slice("v5e-8")
+
+
+def test_a_program_refused_for_hbm_needs_what_the_compiler_says():
+  refused = lambda message: bench.refused_bytes(bench.jax.errors.JaxRuntimeError(message))
+  gib = bench.tpu_aot.GIB
+  assert refused("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
+                 "HLO temporaries (22.89G) exceeds available HBM (15.75G).") == 22.89 * gib
+  assert refused("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 1.5T of "
+                 "15.75G hbm.") == 1.5 * 2**40
+  assert refused("RESOURCE_EXHAUSTED: out of memory") == math.inf
+  with pytest.raises(bench.jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+    refused("INVALID_ARGUMENT: something else")
+
+
+def test_an_engine_the_tpu_compiler_refuses_does_not_fit(tpu_slice, monkeypatch):
+  """4096 slots of 4224 entries on one v5e chip: XLA's TPU compiler refuses the program for
+  HBM at compile time; the engine's peak is what the compiler says it needs (> 16 GiB), so
+  it does not fit the chip's budget instead of failing the part."""
+  refusals, refused_bytes = [], bench.refused_bytes
+  monkeypatch.setattr(bench, "refused_bytes", lambda err: refusals.append(err) or
+                      refused_bytes(err))
+  chip = tpu_slice("v5e-1")
+  mesh = make_mesh({"fsdp": -1}, chip)
+  cfg = get_preset("tiny", head_dim=128, param_dtype="bfloat16", compute_dtype="bfloat16")
+  engine = bench.SlotEngine(bench.abstract_model(cfg, mesh), num_slots=4096, max_cache_len=4096,
+                            prefill_buckets=(128,), decode_steps=8)
+  peak = bench.engine_peak(engine, 4096, 128, 4096 + 128)
+  assert len(refusals) == 1 and "RESOURCE_EXHAUSTED" in str(refusals[0])
+  assert 16 * bench.tpu_aot.GIB < peak < math.inf
+  assert not bench.Budget(bench.chip_hbm(chip[0])).fits(peak)
 
 
 def test_every_tpu_slice_has_its_hbm_by_device_kind(v5e_8):
