@@ -19,6 +19,8 @@ replies: a slot whose reply ends mid-block idles until the block ends), as a use
 them to their workload.
 tok_s counts budgeted tokens only, identical on both sides. Our workload runs twice; the
 first run's extra time is compile_s. Prints ONE JSON line.
+torch and transformers (test requirements) are imported only by the baseline's functions, so
+bench/accelerator.py imports this workload where only the runtime requirements are installed.
 """
 
 from __future__ import annotations
@@ -31,8 +33,6 @@ import time
 
 import jax
 import numpy as np
-import torch
-import transformers
 from flax import nnx
 
 from spade_jax.engine.api import Request, SamplingParams
@@ -94,6 +94,7 @@ def run_baseline(hf, episodes: list[dict], designer: list[dict]) -> int:
 
 
 def _hf_generate(hf, prompts: list[list[int]], new: int) -> list[list[int]]:
+  import torch  # a test requirement: only the baseline needs it
   width = max(len(p) for p in prompts)
   ids = torch.zeros((len(prompts), width), dtype=torch.long)
   mask = torch.zeros_like(ids)
@@ -107,6 +108,17 @@ def _hf_generate(hf, prompts: list[list[int]], new: int) -> list[list[int]]:
   return out[:, width:].tolist()
 
 
+def _hf_reference(model: Qwen3, threads: int):
+  """`model` saved and loaded back as a float32 transformers Qwen3 (the baseline)."""
+  import torch  # test requirements: only the baseline needs them
+  import transformers
+  torch.set_num_threads(threads)
+  torch.manual_seed(0)
+  with tempfile.TemporaryDirectory() as d:
+    save_pretrained(model, d)
+    return transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
   parser.add_argument("--preset", default="bench-40m")
@@ -114,13 +126,9 @@ def main() -> None:
   parser.add_argument("--decode-steps", type=int, default=8)
   parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads")
   args = parser.parse_args()
-  torch.set_num_threads(args.threads)
-  torch.manual_seed(0)
   cfg = get_preset(args.preset)
   model = Qwen3(cfg, rngs=nnx.Rngs(0))
-  with tempfile.TemporaryDirectory() as d:
-    save_pretrained(model, d)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32).eval()
+  hf = _hf_reference(model, args.threads)
   episodes, designer = make_workload(cfg.vocab_size)
   jobs = designer + episodes  # SPADE's designer writes environments before agents play them
 

@@ -1,19 +1,24 @@
-"""bench/accelerator.py on CPU: the refusal, --help, its roofline / MFU arithmetic, and
-every part run end to end at small sizes on the GPU path emulated."""
+"""bench/accelerator.py on CPU: the refusal, --help, its roofline / MFU arithmetic, its
+sizing to a chip's HBM (on the 8 CPU devices and on a deviceless TPU v5e-8), every part run
+end to end at small sizes on the GPU path emulated over a mesh of all devices, and imports
+without the test-only packages."""
 
 import functools
 import importlib.util
 import json
 import math
 import pathlib
+import re
 import subprocess
 import sys
 import textwrap
 
+import jax
 import pytest
 from flax import nnx
 
-from spade_jax.model import Qwen3, get_preset
+from spade_jax.model import Qwen3, attention_impl, get_preset, kv_cache, make_mesh, matmul
+from spade_jax.model import config as model_config
 from spade_jax.model.attention_impl import emulated_kernels
 
 _PATH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "accelerator.py"
@@ -83,14 +88,14 @@ def test_a_failing_part_is_reported_and_the_rest_still_runs(monkeypatch, capsys,
   monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
   monkeypatch.setattr(bench, "copy_bandwidth", lambda: 4e12)
   monkeypatch.setattr(bench, "matmul_peak", lambda: 9e14)
-  monkeypatch.setattr(bench, "bench_decode", lambda preset, bw: {"b1": {"decode_tok_s": 1.0}})
+  monkeypatch.setattr(bench, "bench_decode", lambda preset, setting: {"b1": {"decode_tok_s": 1.0}})
 
-  def broken(preset, peak):
+  def broken(preset, setting):
     raise RuntimeError("out of memory")
 
   monkeypatch.setattr(bench, "bench_grpo", broken)
   partial = tmp_path / "partial.json"
-  assert bench.main(["--presets", "tiny", "--parts", "decode,grpo",
+  assert bench.main(["--presets", "tiny", "--parts", "decode,grpo", "--hbm-gib", "16",
                      "--partial", str(partial)]) == 1
   result = json.loads(capsys.readouterr().out)
   assert result["tiny"] == {"decode": {"b1": {"decode_tok_s": 1.0}},
@@ -103,6 +108,19 @@ def test_unknown_parts_are_refused(monkeypatch):
   monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
   with pytest.raises(SystemExit):
     bench.main(["--parts", "decode,train"])
+
+
+@pytest.mark.parametrize("mesh,error", [
+    ("fsdp", "--mesh 'fsdp': expected AXIS=SIZE[,AXIS=SIZE...]"),
+    ("fsdp=3", "needs 3 devices, 8 available"),
+    ("fsdp=-1,model=2", "unknown axes ['model']")])
+def test_a_bad_mesh_is_refused_in_one_line(monkeypatch, capsys, mesh, error):
+  monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+  with pytest.raises(SystemExit) as done:
+    bench.main(["--mesh", mesh, "--hbm-gib", "16"])
+  assert done.value.code == 2
+  last = capsys.readouterr().err.strip().splitlines()[-1]
+  assert ": error: " in last and error in last, last
 
 
 _FULL_WORKLOAD = bench.rollout.make_workload
@@ -129,11 +147,20 @@ def test_decode_pass_times_prefill_and_every_decode_step_apart(monkeypatch):
     assert tokens == 2 * 4
 
 
+def _as_gpu(monkeypatch) -> None:
+  """jax's backend and the platform switch (which follows the active mesh, here of CPU
+  devices) both report "gpu"."""
+  monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+  for module in (model_config, kv_cache, matmul, attention_impl):
+    monkeypatch.setattr(module, "current_platform", lambda: "gpu")
+
+
 def test_every_part_runs_on_the_emulated_gpu_path(monkeypatch, capsys):
   """The whole script as on a GPU (the platform reported as "gpu": bf16 cuDNN attention
-  emulated, the Pallas decode kernel in interpret mode, remat "auto" = full) at small sizes:
-  every part finishes and reports every figure, finite and positive."""
-  monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+  emulated, the Pallas decode kernel in interpret mode, remat "auto" = full) at small sizes,
+  on FSDP over the 8 devices: every part finishes and reports every figure, finite and
+  positive."""
+  _as_gpu(monkeypatch)
   for name, value in dict(PROMPT_LEN=16, NEW_TOKENS=4, DECODE_BATCHES=(2,), GRPO_BATCH=4,
                           GRPO_SEQ=64, GRPO_PROMPT=16, GRPO_MICRO=2).items():
     monkeypatch.setattr(bench, name, value)
@@ -141,16 +168,21 @@ def test_every_part_runs_on_the_emulated_gpu_path(monkeypatch, capsys):
   monkeypatch.setattr(bench, "matmul_peak", functools.partial(bench.matmul_peak, 256, 2))
   monkeypatch.setattr(bench.rollout, "make_workload", _small_rollout_workload)
   with emulated_kernels():
-    status = bench.main(["--presets", "tiny", "--rollout-scale", "1", "--rollout-slots", "2"])
+    status = bench.main(["--presets", "tiny", "--rollout-scale", "1", "--rollout-slots", "2",
+                         "--hbm-gib", "64"])
   result = json.loads(capsys.readouterr().out)
   assert status == 0, json.dumps(result["tiny"])[:3000]
+  assert result["chips_count"] == 8 and result["mesh"]["fsdp"] == 8
   tiny = result["tiny"]
   assert set(tiny) == {"decode", "grpo", "rollout"}
-  assert set(tiny["decode"]) == {"param_gb", "b2"}
-  figures = [*tiny["decode"]["b2"].values(),
+  # Rows rounded up to the 8 batch shards of FSDP over the 8 devices.
+  assert set(tiny["decode"]) == {"param_gb", "b8"}
+  assert tiny["grpo"]["rows_count"] == 8 and tiny["grpo"]["micro_batch_count"] == 8
+  assert tiny["rollout"]["num_slots_count"] == 8
+  figures = [*tiny["decode"]["b8"].values(),
              *tiny["grpo"].values(), *tiny["rollout"].values()]
   assert all(math.isfinite(x) and x >= 0 for x in figures), tiny  # tiny's GB round to 0
-  rates = [tiny["decode"]["b2"]["decode_tok_s"], tiny["grpo"]["tok_s"],
+  rates = [tiny["decode"]["b8"]["decode_tok_s"], tiny["grpo"]["tok_s"],
            tiny["rollout"]["rollout_tok_s"], result["copy_bandwidth_gb_s"]]
   assert all(x > 0 for x in rates), rates
   assert tiny["rollout"]["requests_count"] == 3
@@ -164,27 +196,218 @@ _NOT_ON_THE_DEVICE_IMAGE = ("sentencepiece", "grain", "tensorboard", "ml_collect
                             "sentence_transformers")
 
 
-@pytest.mark.parametrize("args,status", [(["--help"], 0), ([], 2)])
-def test_runs_without_the_packages_the_device_image_lacks(args, status):
-  """The script imports and runs (--help; the CPU refusal) in a process where those packages
-  cannot be imported."""
+def _run_without(packages: tuple[str, ...], code: str) -> subprocess.CompletedProcess:
+  """`code` run in a fresh interpreter where `packages` cannot be imported (as if absent)."""
   script = textwrap.dedent(f"""
       import importlib.machinery, runpy, sys
       class Absent(importlib.machinery.PathFinder):  # finds what PathFinder finds, but those
         @classmethod
         def find_spec(cls, name, path=None, target=None):
-          if name.split(".")[0] in {_NOT_ON_THE_DEVICE_IMAGE!r}:
+          if name.split(".")[0] in {packages!r}:
             return None
           return super().find_spec(name, path, target)
       sys.meta_path = [Absent if f is importlib.machinery.PathFinder else f
                        for f in sys.meta_path]
+      """) + textwrap.dedent(code)
+  return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                        timeout=300, check=False)
+
+
+def _script(args: list[str]) -> str:
+  """Code that runs bench/accelerator.py with `args` as `python bench/accelerator.py` would."""
+  return f"""
       sys.argv = [{str(_PATH)!r}, *{args!r}]
       try:
         runpy.run_path(sys.argv[0], run_name="__main__")
       except SystemExit as done:
         sys.exit(done.code)
-      """)
-  run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=300, check=False)
+      """
+
+
+@pytest.mark.parametrize("args,status", [(["--help"], 0), ([], 2)])
+def test_runs_without_the_packages_the_device_image_lacks(args, status):
+  """The script imports and runs (--help; the CPU refusal) in a process where those packages
+  cannot be imported."""
+  run = _run_without(_NOT_ON_THE_DEVICE_IMAGE, _script(args))
   assert run.returncode == status, run.stderr[-3000:]
   assert ("usage:" in run.stdout) if args else ("needs a GPU or TPU" in run.stderr)
+
+
+# What requirements-test.txt adds to the runtime requirements that a TPU VM installed as
+# docs/launch.md says (requirements.txt, jax[tpu] with its libtpu) lacks.
+_TEST_ONLY = ("torch", "transformers", "peft", "accelerate", "sentence_transformers", "pytest",
+              "xdist", "gcp_storage_emulator")
+
+
+def test_runs_on_the_runtime_requirements_alone():
+  """`python bench/accelerator.py --help` and an import of bench/rollout.py's workload work
+  where none of the test-only packages (torch, transformers, ...) can be imported."""
+  run = _run_without(_TEST_ONLY, _script(["--help"]))
+  assert run.returncode == 0 and "usage:" in run.stdout, run.stderr[-3000:]
+  root = _PATH.parents[1]
+  run = _run_without(_TEST_ONLY, f"""
+      sys.path[:0] = [{str(root)!r}, {str(root / "bench")!r}]
+      import rollout
+      episodes, designer = rollout.make_workload(1000)
+      assert len(episodes) == 48 and len(designer) == 8
+      print("torch" in sys.modules, "transformers" in sys.modules)
+      """)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert run.stdout.split() == ["False", "False"]
+
+
+# ---- sizing to a chip's HBM ----
+
+def test_sizes_round_up_to_the_batch_shards_and_halve():
+  assert bench.round_up(1, 8) == 8 and bench.round_up(64, 8) == 64 and bench.round_up(9, 8) == 16
+  assert bench.halvings(256, 8) == [256, 128, 64, 32, 16, 8]
+  assert bench.halvings(8, 1) == [8, 4, 2, 1]
+  assert bench.halvings(8, 8) == [8]
+  assert bench.halvings(2, 32) == [32]
+
+
+class _Device:
+  def __init__(self, kind: str, stats: dict | None):
+    self.device_kind, self._stats = kind, stats
+
+  def memory_stats(self):
+    return self._stats
+
+
+def test_hbm_per_chip_from_the_flag_the_device_or_its_tpu_kind():
+  gib = bench.tpu_aot.GIB
+  assert bench.chip_hbm(_Device("TPU v5 lite", {"bytes_limit": 123}), 2.0) == 2 * gib
+  assert bench.chip_hbm(_Device("TPU v5 lite", {"bytes_limit": 123})) == 123
+  assert bench.chip_hbm(_Device("TPU v5 lite", None)) == 16 * gib
+  assert bench.chip_hbm(_Device("TPU v6 lite", {})) == 32 * gib
+  assert bench.chip_hbm(_Device("TPU v5", None)) == 95 * gib
+  with pytest.raises(ValueError, match="HBM per chip unknown for device kind 'cpu': pass "
+                                       "--hbm-gib"):
+    bench.chip_hbm(_Device("cpu", None))
+
+
+def test_a_budget_fits_ninety_percent_of_hbm():
+  budget = bench.Budget(10 * bench.tpu_aot.GIB)
+  assert budget.fits(9 * bench.tpu_aot.GIB) and not budget.fits(9.01 * bench.tpu_aot.GIB)
+  assert budget.skipped(12 * bench.tpu_aot.GIB) == {"skipped": "needs 12 GiB of 9 GiB per chip"}
+
+
+def test_a_part_that_does_not_fit_is_skipped_before_it_allocates(monkeypatch, capsys):
+  """With 10 KiB of HBM a chip (--hbm-gib) on the 8 CPU devices: every decode batch, the GRPO
+  step and the rollout are reported as skipped with what they need, no model is built, and
+  the run succeeds."""
+  monkeypatch.setattr(bench.jax, "default_backend", lambda: "gpu")
+  for name, value in dict(PROMPT_LEN=16, NEW_TOKENS=4, DECODE_BATCHES=(9,)).items():
+    monkeypatch.setattr(bench, name, value)
+  monkeypatch.setattr(bench, "ROLLOUT_ENGINE", dict(max_cache_len=64, prefill_buckets=(32,)))
+  monkeypatch.setattr(bench, "copy_bandwidth", lambda: 4e12)
+  monkeypatch.setattr(bench, "matmul_peak", lambda: 9e14)
+
+  def no_model(*args):
+    raise AssertionError("a part that does not fit built its model")
+
+  monkeypatch.setattr(bench, "_model", no_model)
+  status = bench.main(["--presets", "tiny", "--rollout-slots", "3", "--hbm-gib", str(1e-5)])
+  result = json.loads(capsys.readouterr().out)
+  assert status == 0, result
+  assert result["hbm_per_chip_gb"] == 0.0 and result["chips_count"] == 8
+  tiny = result["tiny"]
+  assert set(tiny["decode"]) == {"b16"}  # 9 rows rounded up to the 8 batch shards
+  for report in [*tiny["decode"].values(), tiny["grpo"], tiny["rollout"]]:
+    assert set(report) == {"skipped"}, tiny
+    assert re.fullmatch(r"needs [0-9.e-]+ GiB of 9e-06 GiB per chip", report["skipped"])
+
+
+def test_grpo_shrinks_its_micro_batch_to_fit(monkeypatch):
+  """On one device (1 batch shard), micro-batches of 2 and 1 row: a budget between their
+  compiled peaks takes 1; one below both skips with the smaller's need."""
+  for name, value in dict(GRPO_BATCH=4, GRPO_SEQ=64, GRPO_PROMPT=16, GRPO_MICRO=2).items():
+    monkeypatch.setattr(bench, name, value)
+  mesh = make_mesh({"fsdp": 1}, jax.devices()[:1])
+  cfg = bench._config("tiny", "float32")
+  batch = bench._grpo_batch(cfg, 4)
+  setting = lambda hbm: bench.Setting(mesh, bench.Budget(hbm), 1e12, 1e14)
+  roomy, sizes = bench._grpo_trainer(cfg, setting(1e12), batch)
+  assert sizes["micro_batch_count"] == 2
+  two = bench.compiled_peak(roomy.compiled_step(batch))
+  del roomy
+  one = bench.compiled_peak(bench.Trainer(dict(beta=0.05, micro_batch_size=1), bench._model(
+      cfg, mesh), mesh).compiled_step(batch))
+  assert 4 * bench.per_chip_bytes(nnx.state(bench.abstract_model(cfg, mesh), nnx.Param)) < one < two
+  trainer, sizes = bench._grpo_trainer(cfg, setting((one + two) / 2 / bench.HBM_FILL), batch)
+  assert trainer.cfg.micro_batch_size == 1 and sizes["micro_batch_count"] == 1
+  trainer, sizes = bench._grpo_trainer(cfg, setting(0.99 * one / bench.HBM_FILL), batch)
+  assert trainer is None and sizes == bench.Budget(0.99 * one / bench.HBM_FILL).skipped(one)
+
+
+@pytest.fixture(name="tpu_slice")
+def _tpu_slice(monkeypatch):
+  """tpu_aot.slice_devices: deviceless TPU slices (libtpu's compiler on this CPU)."""
+  pytest.importorskip("libtpu")
+  # Another process compiling for TPU on this host may hold libtpu's lockfile; compiling
+  # needs no exclusive chip access.
+  monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  return bench.tpu_aot.slice_devices
+
+
+@pytest.fixture(name="v5e_8")
+def _v5e_8(tpu_slice):
+  return tpu_slice("v5e-8")
+
+
+def test_a_program_refused_for_hbm_needs_what_the_compiler_says():
+  refused = lambda message: bench.refused_bytes(bench.jax.errors.JaxRuntimeError(message))
+  gib = bench.tpu_aot.GIB
+  assert refused("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
+                 "HLO temporaries (22.89G) exceeds available HBM (15.75G).") == 22.89 * gib
+  assert refused("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 1.5T of "
+                 "15.75G hbm.") == 1.5 * 2**40
+  assert refused("RESOURCE_EXHAUSTED: out of memory") == math.inf
+  with pytest.raises(bench.jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
+    refused("INVALID_ARGUMENT: something else")
+
+
+def test_an_engine_the_tpu_compiler_refuses_does_not_fit(tpu_slice, monkeypatch):
+  """4096 slots of 4224 entries on one v5e chip: XLA's TPU compiler refuses the program for
+  HBM at compile time; the engine's peak is what the compiler says it needs (> 16 GiB), so
+  it does not fit the chip's budget instead of failing the part."""
+  refusals, refused_bytes = [], bench.refused_bytes
+  monkeypatch.setattr(bench, "refused_bytes", lambda err: refusals.append(err) or
+                      refused_bytes(err))
+  chip = tpu_slice("v5e-1")
+  mesh = make_mesh({"fsdp": -1}, chip)
+  cfg = get_preset("tiny", head_dim=128, param_dtype="bfloat16", compute_dtype="bfloat16")
+  engine = bench.SlotEngine(bench.abstract_model(cfg, mesh), num_slots=4096, max_cache_len=4096,
+                            prefill_buckets=(128,), decode_steps=8)
+  peak = bench.engine_peak(engine, 4096, 128, 4096 + 128)
+  assert len(refusals) == 1 and "RESOURCE_EXHAUSTED" in str(refusals[0])
+  assert 16 * bench.tpu_aot.GIB < peak < math.inf
+  assert not bench.Budget(bench.chip_hbm(chip[0])).fits(peak)
+
+
+def test_every_tpu_slice_has_its_hbm_by_device_kind(v5e_8):
+  for name, tpu in bench.tpu_aot.SLICES.items():
+    device = bench.tpu_aot.slice_devices(name)[0]
+    assert bench.chip_hbm(device) == tpu.hbm_gib * bench.tpu_aot.GIB, (name, device.device_kind)
+
+
+def test_rollout_shrinks_its_slots_to_the_compiled_tpu_peak(v5e_8, monkeypatch):
+  """The rollout engine's programs compiled for a TPU v5e-8 (FSDP over its 8 chips, a tiny
+  model with 128-wide heads for the TPU kernels): 16 slots need more than 8; a budget
+  between them gets 8, one below both is refused with the smaller need."""
+  monkeypatch.setattr(bench, "ROLLOUT_ENGINE", dict(max_cache_len=512, prefill_buckets=(128,)))
+  peaks, compile_peak = {}, bench.engine_peak
+  compile_once = lambda engine, *sizes: peaks.get(sizes) or peaks.setdefault(
+      sizes, compile_peak(engine, *sizes))
+  monkeypatch.setattr(bench, "engine_peak", compile_once)
+  mesh = make_mesh({"fsdp": -1}, v5e_8)
+  cfg = get_preset("tiny", head_dim=128, param_dtype="bfloat16", compute_dtype="bfloat16")
+  hbm = bench.chip_hbm(v5e_8[0])
+  assert hbm == 16 * bench.tpu_aot.GIB
+  sixteen = bench.rollout_slots(cfg, mesh, 16, bench.Budget(hbm))
+  eight = bench.rollout_slots(cfg, mesh, 8, bench.Budget(hbm))
+  assert sixteen[0] == 16 and eight[0] == 8 and 0 < eight[1] < sixteen[1]
+  between = bench.Budget((eight[1] + sixteen[1]) / 2 / bench.HBM_FILL)
+  assert bench.rollout_slots(cfg, mesh, 16, between) == eight
+  assert bench.rollout_slots(cfg, mesh, 16, bench.Budget(eight[1])) == (None, eight[1])
+
