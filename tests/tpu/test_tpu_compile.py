@@ -115,3 +115,12 @@ def test_plan_compile_refuses_a_mesh_the_slice_cannot_hold_in_one_line():
   assert errors == ["error: config.mesh on v5e-8: mesh config {'data': 1, 'fsdp': 1, "
                     "'tensor': 1, 'expert': 1} needs 1 devices, 8 available"]
   assert "Traceback" not in proc.stderr
+
+
+def test_libtpu_on_a_host_without_chips_starts_jax_quietly_on_the_cpu():
+  """Installed for the deviceless compiles, libtpu would make jax start the TPU runtime on
+  this CPU host, which prints errors before falling back to the CPU."""
+  env = {k: v for k, v in os.environ.items() if k not in ("JAX_PLATFORMS", "XLA_FLAGS")}
+  proc = subprocess.run([sys.executable, "-c", "import spade_jax, jax; print(jax.devices())"],
+                        capture_output=True, text=True, timeout=120, env=env, check=True)
+  assert proc.stdout.strip() == "[CpuDevice(id=0)]" and proc.stderr == ""
