@@ -12,7 +12,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from spade_jax.model.sharding import constrain
+from spade_jax.model.sharding import constrain, logical_to_spec
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.kl import KL_ESTIMATORS
 
@@ -68,9 +68,7 @@ def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int, tempe
     hc = constrain(hc, (None, None, None))  # [B, C, D]: the micro-batch's rows on every chip
     logits = model.logits_from_hidden(hc, head, _VOCAB_PARALLEL) / temperature  # [B, C, V]
     logz = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
-    # A masked sum, not a gather: each chip reads its own slice of the vocabulary.
-    vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2)
-    picked = jnp.sum(jnp.where(vocab == tc[..., None], logits, 0.0), axis=-1)  # [B, C]
+    picked = _picked(logits, tc)  # [B, C]
     probs = jax.lax.stop_gradient(jnp.exp(logits - logz[..., None]))
     entropy = logz - jnp.sum(probs * logits, axis=-1)  # [B, C]
     return picked - logz, jax.lax.stop_gradient(entropy)
@@ -97,6 +95,17 @@ def vocab_parallel_head(model) -> jax.Array:
   axes = [None, None]
   axes[vocab_axis] = "vocab_parallel"
   return constrain(weight, tuple(axes))
+
+
+def _picked(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """logits [B, C, V] at targets [B, C]. Vocabulary-sharded logits take a masked sum (each
+  chip reads its own slice, then one [B, C] sum crosses chips; a gather would collect the
+  logits); unsharded ones a gather (one read a position, not a pass over V)."""
+  mesh = jax.sharding.get_abstract_mesh()
+  if mesh.empty or logical_to_spec(_VOCAB_PARALLEL, logits.shape, mesh)[2] is None:
+    return jnp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]
+  vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, 2)
+  return jnp.sum(jnp.where(vocab == targets[..., None], logits, 0.0), axis=-1)
 
 
 def _at_positions(values: jax.Array, positions: jax.Array, length: int) -> jax.Array:
