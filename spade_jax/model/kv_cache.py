@@ -5,6 +5,10 @@ the position id of the token it came from; -1 marks an empty slot or a padding t
 query at position p attends every entry of its own row with 0 <= pos <= p, so a left-padded
 prompt, a one-token decode step and a new conversation turn are all the same call.
 
+The layers of a group (`ModelConfig.layer_groups`) share one stacked buffer with a leading
+layer axis, which the model's layer scan carries; a layer writes and reads its own slice of
+it in place (`layer=` of `write_entries` / `read_window`).
+
 A call may use only some rows of the cache (`Rows`, e.g. the slots a multi-turn append
 writes) and attend only the first `read_len` entries of each. New entries are scattered into
 the whole cache buffers, so a donated cache is updated in place; only the rows read are
@@ -25,8 +29,8 @@ from spade_jax.model.platform import current_platform
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVCache:
-  """k: tuple over layers of [B, K, Hd, S] on CPU, [B, K, S, Hd] on GPU / TPU; v: same of
-  [B, K, S, Hd]; pos: [B, S] int32; end: [B] int32.
+  """k: tuple over layer groups of [L_g, B, K, Hd, S] on CPU, [L_g, B, K, S, Hd] on GPU /
+  TPU; v: same of [L_g, B, K, S, Hd]; pos: [B, S] int32; end: [B] int32.
 
   Each kv head's block is contiguous. On CPU the keys are stored transposed: a decode step's
   scores are then a [G, Hd] x [Hd, S] product per row and head, and its output a [G, S] x
@@ -49,8 +53,9 @@ class KVCache:
     k_shape = ((batch_size, cfg.num_kv_heads, cfg.head_dim, max_len) if key_entry_axis() == 3
                else (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim))
     v_shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
-    return cls(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
-               v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)),
+    groups = [n for _, n in cfg.layer_groups()]
+    return cls(k=tuple(jnp.zeros((n, *k_shape), dtype) for n in groups),
+               v=tuple(jnp.zeros((n, *v_shape), dtype) for n in groups),
                pos=jnp.full((batch_size, max_len), -1, jnp.int32),
                end=jnp.zeros((batch_size,), jnp.int32))
 
@@ -62,10 +67,20 @@ class KVCache:
   def max_len(self) -> int:
     return self.pos.shape[1]
 
+  @property
+  def num_layers(self) -> int:
+    return sum(k.shape[0] for k in self.k)
+
 
 Rows = jax.Array | None  # cache rows a call uses: None = all, else an index per input row
-V_ENTRY_AXIS = 2  # entries axis of the value buffers [B, K, S, Hd]
+V_ENTRY_AXIS = 2  # entries axis of one layer's value buffer [B, K, S, Hd]
 _V_AXES = ("batch", "kv_heads", "length", "head_dim")
+
+
+def stacked(axis: int) -> int:
+  """Where axis `axis` of one layer's buffer (e.g. `key_entry_axis()`) sits in its group's
+  stacked buffer [L_g, ...]: one further, behind the layer axis."""
+  return axis + 1
 
 
 def key_entry_axis(platform: str | None = None) -> int:
@@ -83,8 +98,8 @@ def _key_axes() -> tuple[str, ...]:
 def map_with_axes(cache: KVCache, fn) -> KVCache:
   """A KVCache of fn(leaf, logical axis names of the leaf): the one place that names the
   cache's axes, for sharding rules."""
-  return KVCache(k=tuple(fn(x, _key_axes()) for x in cache.k),
-                 v=tuple(fn(x, _V_AXES) for x in cache.v),
+  return KVCache(k=tuple(fn(x, ("layers", *_key_axes())) for x in cache.k),
+                 v=tuple(fn(x, ("layers", *_V_AXES)) for x in cache.v),
                  pos=fn(cache.pos, ("batch", "length")), end=fn(cache.end, ("batch",)))
 
 
@@ -97,29 +112,40 @@ def row_ids(rows: Rows, count: int) -> jax.Array:
 
 
 def read_window(buf: jax.Array, rows: Rows, length: int | None = None,
-                entry_axis: int = 1) -> jax.Array:
+                entry_axis: int = 1, layer: jax.Array | None = None) -> jax.Array:
   """The selected rows of buf [S, ...] and the first `length` entries (None = all) along
   `entry_axis` (1 for pos [S, L], key_entry_axis() / V_ENTRY_AXIS for keys / values).
+  With `layer` (a scalar index), buf is a stacked [L_g, S, ...] buffer and its slice
+  `layer` is read.
 
   Index arrays gather; out-of-range rows read the last row (their results are never
   written).
   """
+  if layer is not None:
+    buf = jax.lax.dynamic_index_in_dim(buf, layer, 0, keepdims=False)
   part = buf if length is None else jax.lax.slice_in_dim(buf, 0, length, axis=entry_axis)
   return part if rows is None else jnp.take(part, rows, axis=0, mode="clip")
 
 
 def write_entries(buf: jax.Array, new: jax.Array, rows: Rows, start: jax.Array,
-                  entry_axis: int = 1) -> jax.Array:
+                  entry_axis: int = 1, layer: jax.Array | None = None) -> jax.Array:
   """Writes new [k, ...] (laid out like buf, T entries along `entry_axis`) into buf [S, ...]
   at entries start[i]..start[i]+T-1 of row row_ids(rows)[i], in place when buf is donated.
+  With `layer` (a scalar index), buf is a stacked [L_g, S, ...] buffer (`entry_axis` still
+  counts within one layer) and only its slice `layer` is written.
   A row index out of range (engine padding) drops its write; the caller guarantees
   start + T <= L for the others.
   """
   ids = row_ids(rows, new.shape[0])
-  index = jnp.stack([ids, start.astype(jnp.int32)], axis=1)  # [k, 2]
+  index = [ids, start.astype(jnp.int32)]
+  axes = (0, entry_axis)
+  if layer is not None:  # (layer, row, entry) per input row
+    index = [jnp.broadcast_to(jnp.asarray(layer, jnp.int32), ids.shape), *index]
+    axes = (0, 1, stacked(entry_axis))
   dims = jax.lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, new.ndim)),
-                                         inserted_window_dims=(0,),
-                                         scatter_dims_to_operand_dims=(0, entry_axis))
+                                         inserted_window_dims=axes[:-1],
+                                         scatter_dims_to_operand_dims=axes)
+  index = jnp.stack(index, axis=1)  # [k, 2] or [k, 3]
   return jax.lax.scatter(buf, index, new.astype(buf.dtype), dims,
                          indices_are_sorted=rows is None,
                          unique_indices=True, mode=jax.lax.GatherScatterMode.FILL_OR_DROP)
