@@ -6,8 +6,8 @@ query at position p attends every entry of its own row with 0 <= pos <= p, so a 
 prompt, a one-token decode step and a new conversation turn are all the same call.
 
 The layers of a group (`ModelConfig.layer_groups`) share one stacked buffer with a leading
-layer axis, which the model's layer scan carries; a layer writes and reads its own slice of
-it in place (`layer=` of `write_entries` / `read_window`).
+layer axis, which the model's layer scan carries; a layer takes its own slice of it, writes
+and reads that, and puts it back (Attention).
 
 A call may use only some rows of the cache (`Rows`, e.g. the slots a multi-turn append
 writes) and attend only the first `read_len` entries of each. New entries are scattered into
@@ -112,40 +112,29 @@ def row_ids(rows: Rows, count: int) -> jax.Array:
 
 
 def read_window(buf: jax.Array, rows: Rows, length: int | None = None,
-                entry_axis: int = 1, layer: jax.Array | None = None) -> jax.Array:
+                entry_axis: int = 1) -> jax.Array:
   """The selected rows of buf [S, ...] and the first `length` entries (None = all) along
   `entry_axis` (1 for pos [S, L], key_entry_axis() / V_ENTRY_AXIS for keys / values).
-  With `layer` (a scalar index), buf is a stacked [L_g, S, ...] buffer and its slice
-  `layer` is read.
 
   Index arrays gather; out-of-range rows read the last row (their results are never
   written).
   """
-  if layer is not None:
-    buf = jax.lax.dynamic_index_in_dim(buf, layer, 0, keepdims=False)
   part = buf if length is None else jax.lax.slice_in_dim(buf, 0, length, axis=entry_axis)
   return part if rows is None else jnp.take(part, rows, axis=0, mode="clip")
 
 
 def write_entries(buf: jax.Array, new: jax.Array, rows: Rows, start: jax.Array,
-                  entry_axis: int = 1, layer: jax.Array | None = None) -> jax.Array:
+                  entry_axis: int = 1) -> jax.Array:
   """Writes new [k, ...] (laid out like buf, T entries along `entry_axis`) into buf [S, ...]
   at entries start[i]..start[i]+T-1 of row row_ids(rows)[i], in place when buf is donated.
-  With `layer` (a scalar index), buf is a stacked [L_g, S, ...] buffer (`entry_axis` still
-  counts within one layer) and only its slice `layer` is written.
   A row index out of range (engine padding) drops its write; the caller guarantees
   start + T <= L for the others.
   """
   ids = row_ids(rows, new.shape[0])
-  index = [ids, start.astype(jnp.int32)]
-  axes = (0, entry_axis)
-  if layer is not None:  # (layer, row, entry) per input row
-    index = [jnp.broadcast_to(jnp.asarray(layer, jnp.int32), ids.shape), *index]
-    axes = (0, 1, stacked(entry_axis))
+  index = jnp.stack([ids, start.astype(jnp.int32)], axis=1)  # [k, 2]
   dims = jax.lax.ScatterDimensionNumbers(update_window_dims=tuple(range(1, new.ndim)),
-                                         inserted_window_dims=axes[:-1],
-                                         scatter_dims_to_operand_dims=axes)
-  index = jnp.stack(index, axis=1)  # [k, 2] or [k, 3]
+                                         inserted_window_dims=(0,),
+                                         scatter_dims_to_operand_dims=(0, entry_axis))
   return jax.lax.scatter(buf, index, new.astype(buf.dtype), dims,
                          indices_are_sorted=rows is None,
                          unique_indices=True, mode=jax.lax.GatherScatterMode.FILL_OR_DROP)

@@ -13,7 +13,7 @@ from flax import nnx
 from spade_jax.model import KVCache, get_preset
 from spade_jax.model.attention_impl import resolve_attention_impl, self_mask
 from spade_jax.model.hf_io import tensor_maps
-from spade_jax.model.kv_cache import key_entry_axis, read_window, write_entries
+from spade_jax.model.kv_cache import key_entry_axis
 from spade_jax.model.layers import rope_cos_sin
 from spade_jax.model.qwen3 import Qwen3, default_positions
 from spade_jax.model.testing import random_model
@@ -92,16 +92,17 @@ def test_tensor_maps_name_each_layer_slice_once():
   assert {m.param for m in maps} == set(shapes)
 
 
-def test_the_cache_stacks_each_group_and_a_layer_writes_only_its_slice():
+def test_the_cache_stacks_each_group_and_every_layer_writes_its_own_slice():
   cache = KVCache.init(MIXED, 3, 8)
   assert [k.shape[0] for k in cache.k] == [1, 1, 2] and cache.num_layers == 4
   assert cache.v[2].shape == (2, 3, MIXED.num_kv_heads, 8, MIXED.head_dim)  # [L, B, K, S, Hd]
-  new = jnp.ones((1, MIXED.num_kv_heads, 2, MIXED.head_dim))  # row 1, two entries
-  v = write_entries(cache.v[2], new, jnp.array([1]), jnp.array([3]), 2, layer=jnp.int32(1))
-  written = np.zeros(v.shape)
-  written[1, 1, :, 3:5] = 1.0
-  np.testing.assert_array_equal(v, written)
-  np.testing.assert_array_equal(read_window(v, jnp.array([1]), 5, 2, jnp.int32(1)),
-                                written[1, 1:2, :, :5])
-  assert key_entry_axis() == 3 and cache.k[2].shape[1:] == (3, MIXED.num_kv_heads,
-                                                             MIXED.head_dim, 8)
+  assert key_entry_axis() == 3 and cache.k[2].shape == (2, 3, MIXED.num_kv_heads,
+                                                        MIXED.head_dim, 8)  # [L, B, K, Hd, S]
+  model = random_model(MIXED, seed=2)
+  ids = jnp.array([[5, 6], [7, 8]], jnp.int32)
+  _, cache = model.hidden(ids, cache=cache, rows=jnp.array([2, 0]))
+  values = [layer for v in cache.v for layer in np.asarray(v)]  # 4 x [B, K, S, Hd]
+  for i, v in enumerate(values):  # rows 2 and 0, entries 0 and 1; distinct per layer
+    assert (np.abs(v[[0, 2], :, :2]).min(axis=(1, 3)) > 0).all(), i
+    assert not v[1].any() and not v[:, :, 2:].any(), i
+  assert all(not np.allclose(values[i], values[i + 1]) for i in range(3))
