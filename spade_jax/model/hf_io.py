@@ -209,9 +209,9 @@ def load_weights(cfg: ModelConfig, reader: hf_safetensors.CheckpointReader,
   for m in sorted(maps, key=lambda m: -math.prod(abstract[m.param].shape)):
     var = abstract[m.param]
     host = _read_kernel(m, reader, _slice_shape(var, m), np.dtype(var.dtype))
+    sharding = _sharding(var, mesh, device, stacked=m.layer is not None)
     # Each device (of every host) copies just its own slice.
-    value = jax.make_array_from_callback(host.shape, _sharding(var, mesh, device, m.layer
-                                                               is not None),
+    value = jax.make_array_from_callback(host.shape, sharding,
                                          lambda index, host=host: host[index])
     if m.layer is not None:
       if m.param not in values:
