@@ -50,6 +50,7 @@ from spade_jax.model.kv_cache import (
   key_entry_axis,
   read_window,
   row_ids,
+  stacked,
   write_entries,
 )
 from spade_jax.model.sharding import host_get
@@ -103,8 +104,10 @@ def _insert(prefix: Prefix, state: DecodeState, slots) -> DecodeState:
   c = prefix.cache
   start = jnp.zeros_like(slots)
   cache = _forget_from(state.cache, slots, start)
-  put = lambda full, new, axis: tuple(write_entries(f, n, slots, start, axis)
-                                      for f, n in zip(full, new, strict=True))
+  # Every layer of a group's stacked buffers [L_g, S, ...] at once: the write mapped over L_g.
+  put = lambda full, new, axis: tuple(
+      jax.vmap(lambda f, n: write_entries(f, n, slots, start, axis))(f, n)
+      for f, n in zip(full, new, strict=True))
   cache = KVCache(k=put(cache.k, c.k, key_entry_axis()), v=put(cache.v, c.v, V_ENTRY_AXIS),
                   pos=write_entries(cache.pos, c.pos, slots, start),
                   end=cache.end.at[slots].set(c.end, mode="drop"))
@@ -164,8 +167,16 @@ def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
 def _move(state: DecodeState, src, dst) -> DecodeState:
   """Copies slot src[i] into slot dst[i] (everything: cache row, token, turn); out-of-range
   dst entries are padding and dropped."""
-  move = lambda x: x.at[dst].set(jnp.take(x, src, axis=0, mode="clip"), mode="drop")
-  return constrain_state(jax.tree.map(move, state))
+  def move(x, axis=0):  # slots along `axis`
+    index = (slice(None),) * axis + (dst,)
+    return x.at[index].set(jnp.take(x, src, axis=axis, mode="clip"), mode="drop")
+
+  c = state.cache
+  kv = lambda bufs: tuple(move(b, stacked(0)) for b in bufs)  # [L_g, S, ...]
+  cache = KVCache(k=kv(c.k), v=kv(c.v), pos=move(c.pos), end=move(c.end))
+  return constrain_state(DecodeState(cache=cache, token=move(state.token),
+                                     count=move(state.count),
+                                     slot_params=jax.tree.map(move, state.slot_params)))
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "rows", "length", "max_stop_ids"))
@@ -181,7 +192,8 @@ def _resize(state: DecodeState, cfg, rows: int, length: int, max_stop_ids: int) 
     return dst.at[cut].set(src[cut])
 
   per_row = lambda d, x: overlap(d, x, (0,))
-  kv = lambda d, x, axis: tuple(overlap(a, b, (0, axis)) for a, b in zip(d, x, strict=True))
+  kv = lambda d, x, axis: tuple(overlap(a, b, (stacked(0), stacked(axis)))
+                                for a, b in zip(d, x, strict=True))
   cache = KVCache(k=kv(new.cache.k, c.k, key_entry_axis()), v=kv(new.cache.v, c.v, V_ENTRY_AXIS),
                   pos=overlap(new.cache.pos, c.pos, (0, 1)), end=per_row(new.cache.end, c.end))
   return constrain_state(DecodeState(

@@ -87,15 +87,18 @@ class Attention(nnx.Module):
   def __call__(
       self, x: jax.Array, cos: jax.Array, sin: jax.Array, mask: jax.Array,
       kv: tuple[jax.Array, jax.Array] | None = None, write_at: jax.Array | None = None,
-      rows: Rows = None, read_len: int | None = None,
+      rows: Rows = None, read_len: int | None = None, layer: jax.Array | None = None,
   ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
     """x [B, T, D]; cos/sin [B, T, Hd]; mask [B, T, S] bool with a cache, else what
     `attention_impl.self_mask` gives for this config's kernel.
 
-    Without a cache S == T. With `kv` (this layer's whole cache: k [S_all, K, Hd, L],
-    v [S_all, K, L, Hd]) the new keys and values are first written at `write_at` [B] of the
-    cache rows `rows` (see Qwen3.hidden), then attention reads those rows' first `read_len`
-    entries (S of them).
+    Without a cache S == T. With `kv` (the whole cache of this layer's group, stacked:
+    k [L_g, S_all, K, Hd, L], v [L_g, S_all, K, L, Hd]; this layer is slice `layer`) the
+    new keys and values are first written at `write_at` [B] of the cache rows `rows` (see
+    Qwen3.hidden), then attention reads those rows' first `read_len` entries (S of them).
+    The slice is taken out, written and put back (updated in place): a scatter straight
+    into the stacked buffer makes XLA's TPU compiler copy the group's whole cache into
+    another layout at every layer.
     Returns the block output [B, T, D] and the updated (k, v) or None.
     """
     q = apply_rope(self.q_norm(self.q_proj(x)), cos, sin)  # [B, T, N, Hd]
@@ -106,10 +109,13 @@ class Attention(nnx.Module):
     if kv is not None:
       ka = key_entry_axis()
       k_entries = k.transpose(0, 2, 3, 1) if ka == 3 else k.swapaxes(1, 2)  # in the cache layout
-      new_kv = (write_entries(kv[0], k_entries, rows, write_at, ka),
-                write_entries(kv[1], v.swapaxes(1, 2), rows, write_at, V_ENTRY_AXIS))
-      k = read_window(new_kv[0], rows, read_len, ka).astype(q.dtype)  # cache layout, S entries
-      v = read_window(new_kv[1], rows, read_len, V_ENTRY_AXIS).astype(q.dtype)  # [B, K, S, Hd]
+      k_all, v_all = (jax.lax.dynamic_index_in_dim(b, layer, 0, keepdims=False) for b in kv)
+      k_all = write_entries(k_all, k_entries, rows, write_at, ka)  # this layer's [S_all, ...]
+      v_all = write_entries(v_all, v.swapaxes(1, 2), rows, write_at, V_ENTRY_AXIS)
+      new_kv = tuple(jax.lax.dynamic_update_index_in_dim(b, x, layer, 0)
+                     for b, x in zip(kv, (k_all, v_all), strict=True))
+      k = read_window(k_all, rows, read_len, ka).astype(q.dtype)  # cache layout, S entries
+      v = read_window(v_all, rows, read_len, V_ENTRY_AXIS).astype(q.dtype)  # [B, K, S, Hd]
       out = decode_attention(impl, q, k, v, mask, self.scale, fallback=cached_attention)
     else:  # the kernel chosen by config.model.attention_impl for this platform
       out = self_attention(impl, q, k, v, mask, self.scale)

@@ -161,6 +161,28 @@ class ModelConfig:
     return (self.is_moe and layer not in self.mlp_only_layers
             and (layer + 1) % self.decoder_sparse_step == 0)
 
+  def layer_groups(self) -> tuple[tuple[bool, int], ...]:
+    """Runs of consecutive layers of one kind, in order: (is MoE, count) each. Each run is
+    stored stacked and scanned (qwen3.Qwen3); a homogeneous model is one run."""
+    runs: list[list] = []
+    for i in range(self.num_layers):
+      moe = self.is_moe_layer(i)
+      if runs and runs[-1][0] == moe:
+        runs[-1][1] += 1
+      else:
+        runs.append([moe, 1])
+    return tuple((moe, n) for moe, n in runs)
+
+  def layer_position(self, layer: int) -> tuple[int, int]:
+    """(group, index within the group) of decoder layer `layer` (see layer_groups)."""
+    if not 0 <= layer < self.num_layers:
+      raise IndexError(f"layer {layer} outside [0, num_layers={self.num_layers})")
+    sizes, g = [n for _, n in self.layer_groups()], 0
+    while layer >= sizes[g]:
+      layer -= sizes[g]
+      g += 1
+    return g, layer
+
   def replace(self, **changes: Any) -> ModelConfig:
     return dataclasses.replace(self, **changes)
 

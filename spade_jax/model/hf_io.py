@@ -4,8 +4,10 @@ Loading streams: the model is built abstractly (`nnx.eval_shape`, no memory), ev
 presence and shape is checked against config.json before any weight is read, then tensors are
 read one at a time (largest first), converted from torch layout [out, in] to the parameter
 layout, cast, and `device_put` straight into their target sharding. Host memory beyond the
-loaded model stays near the largest tensor; MoE experts are stacked into [E, ...] one layer at
-a time. Any error leaves nothing half-loaded: the model object is only assembled at the end.
+loaded model stays near the largest tensor: a layer group's stacked parameter [L_g, ...] is
+filled on the device one layer's tensor at a time, and MoE experts are stacked into [E, ...]
+one layer at a time. Any error leaves nothing half-loaded: the model object is only
+assembled at the end.
 """
 
 from __future__ import annotations
@@ -42,11 +44,13 @@ class TensorMap:
   n_in == 0: copied as is. n_in == k: a torch Linear weight [out, in] whose `in` is the
   product of the kernel's first k dims and `out` the product of the rest (kernel = w.T
   reshaped). experts > 0: the kernel is [E, ...], stacked from per-expert tensors `hf.format(e)`.
+  layer: the slice of a layer group's stacked parameter [L_g, ...] (None: not stacked).
   """
   param: tuple[str | int, ...]
   hf: str
   n_in: int
   experts: int = 0
+  layer: int | None = None
 
   def hf_names(self) -> list[str]:
     return [self.hf.format(e=e) for e in range(self.experts)] if self.experts else [self.hf]
@@ -56,27 +60,36 @@ def tensor_maps(cfg: ModelConfig) -> list[TensorMap]:
   """The parameter <-> tensor correspondence for a config, in Hugging Face order."""
   maps = [TensorMap(("embed", "embedding"), "model.embed_tokens.weight", 0)]
   for i in range(cfg.num_layers):
-    p, layer = f"model.layers.{i}.", ("layers", i)
-    maps += [
-        TensorMap(layer + ("input_norm", "scale"), p + "input_layernorm.weight", 0),
-        TensorMap(layer + ("attn", "q_proj", "kernel"), p + "self_attn.q_proj.weight", 1),
-        TensorMap(layer + ("attn", "k_proj", "kernel"), p + "self_attn.k_proj.weight", 1),
-        TensorMap(layer + ("attn", "v_proj", "kernel"), p + "self_attn.v_proj.weight", 1),
-        TensorMap(layer + ("attn", "o_proj", "kernel"), p + "self_attn.o_proj.weight", 2),
-        TensorMap(layer + ("attn", "q_norm", "scale"), p + "self_attn.q_norm.weight", 0),
-        TensorMap(layer + ("attn", "k_norm", "scale"), p + "self_attn.k_norm.weight", 0),
-        TensorMap(layer + ("post_attn_norm", "scale"), p + "post_attention_layernorm.weight", 0),
-    ]
-    if cfg.is_moe_layer(i):
-      maps.append(TensorMap(layer + ("mlp", "router", "kernel"), p + "mlp.gate.weight", 1))
-      maps += [TensorMap(layer + ("mlp", proj, "kernel"), p + f"mlp.experts.{{e}}.{proj}.weight",
-                         1, cfg.num_experts) for proj in ("gate_proj", "up_proj", "down_proj")]
-    else:
-      maps += [TensorMap(layer + ("mlp", proj, "kernel"), p + f"mlp.{proj}.weight", 1)
-               for proj in ("gate_proj", "up_proj", "down_proj")]
+    maps += _layer_maps(cfg, i)
   maps.append(TensorMap(("final_norm", "scale"), "model.norm.weight", 0))
   if not cfg.tie_word_embeddings:
     maps.append(TensorMap(("lm_head", "kernel"), "lm_head.weight", 1))
+  return maps
+
+
+def _layer_maps(cfg: ModelConfig, i: int) -> list[TensorMap]:
+  """Decoder layer i's tensors: slice j of its group g's stacked parameters."""
+  g, j = cfg.layer_position(i)
+  p = f"model.layers.{i}."
+  one = lambda path, hf, n_in, experts=0: TensorMap(("groups", g, *path), p + hf, n_in,
+                                                    experts, j)
+  maps = [
+      one(("input_norm", "scale"), "input_layernorm.weight", 0),
+      one(("attn", "q_proj", "kernel"), "self_attn.q_proj.weight", 1),
+      one(("attn", "k_proj", "kernel"), "self_attn.k_proj.weight", 1),
+      one(("attn", "v_proj", "kernel"), "self_attn.v_proj.weight", 1),
+      one(("attn", "o_proj", "kernel"), "self_attn.o_proj.weight", 2),
+      one(("attn", "q_norm", "scale"), "self_attn.q_norm.weight", 0),
+      one(("attn", "k_norm", "scale"), "self_attn.k_norm.weight", 0),
+      one(("post_attn_norm", "scale"), "post_attention_layernorm.weight", 0),
+  ]
+  if cfg.is_moe_layer(i):
+    maps.append(one(("mlp", "router", "kernel"), "mlp.gate.weight", 1))
+    maps += [one(("mlp", proj, "kernel"), f"mlp.experts.{{e}}.{proj}.weight", 1,
+                 cfg.num_experts) for proj in ("gate_proj", "up_proj", "down_proj")]
+  else:
+    maps += [one(("mlp", proj, "kernel"), f"mlp.{proj}.weight", 1)
+             for proj in ("gate_proj", "up_proj", "down_proj")]
   return maps
 
 
@@ -119,7 +132,7 @@ def _check_tensors(maps: list[TensorMap], reader: hf_safetensors.CheckpointReade
   """Every needed tensor present with the shape config.json implies; no unknown tensors."""
   needed = set()
   for m in maps:
-    shape = tuple(abstract[m.param].shape)
+    shape = _slice_shape(abstract[m.param], m)
     expected = hf_tensor_shape(shape[1:] if m.experts else shape, m.n_in)
     for name in m.hf_names():
       info = reader.info(name)
@@ -139,6 +152,24 @@ def _check_tensors(maps: list[TensorMap], reader: hf_safetensors.CheckpointReade
         f"describes, e.g. {unexpected[:3]}")
 
 
+def _slice_shape(var: nnx.Variable, m: TensorMap) -> tuple[int, ...]:
+  """Shape of what `m` maps: the parameter's, less the layer axis of a stacked one."""
+  shape = tuple(var.shape)
+  return shape if m.layer is None else shape[1:]
+
+
+@functools.partial(jax.jit, donate_argnums=0)
+def _set_layer(stacked: jax.Array, value: jax.Array, layer: jax.Array) -> jax.Array:
+  """stacked [L_g, ...] with slice `layer` replaced by value [...], in place."""
+  return jax.lax.dynamic_update_index_in_dim(stacked, value.astype(stacked.dtype), layer, 0)
+
+
+@functools.cache
+def _zeros(shape: tuple[int, ...], dtype: np.dtype, sharding: jax.sharding.Sharding):
+  """A jitted maker of zeros [shape] placed in `sharding`, built on the devices."""
+  return jax.jit(lambda: jnp.zeros(shape, dtype), out_shardings=sharding)
+
+
 def _read_kernel(m: TensorMap, reader: hf_safetensors.CheckpointReader,
                  shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
   """The parameter value on the host, in its kernel layout and dtype."""
@@ -150,11 +181,15 @@ def _read_kernel(m: TensorMap, reader: hf_safetensors.CheckpointReader,
   return stacked
 
 
-def _sharding(var: nnx.Variable, mesh: Mesh) -> NamedSharding:
-  """Target sharding of an abstract parameter, from its logical axis names."""
+def _sharding(var: nnx.Variable, mesh: Mesh | None, device: jax.Device,
+              stacked: bool = False) -> jax.sharding.Sharding:
+  """Target sharding of an abstract parameter, from its logical axis names (`device` without
+  a mesh); of one layer's slice of it when `stacked`."""
+  if mesh is None:
+    return jax.sharding.SingleDeviceSharding(device)
   axes = var.get_metadata().get("logical_axes")
   spec = PartitionSpec() if axes is None else logical_to_spec(axes, var.shape, mesh)
-  return NamedSharding(mesh, spec)
+  return NamedSharding(mesh, PartitionSpec(*spec[1:]) if stacked else spec)
 
 
 def load_weights(cfg: ModelConfig, reader: hf_safetensors.CheckpointReader,
@@ -173,17 +208,22 @@ def load_weights(cfg: ModelConfig, reader: hf_safetensors.CheckpointReader,
   # Largest first: peak host memory ~ loaded weights + one transient copy of a small tensor.
   for m in sorted(maps, key=lambda m: -math.prod(abstract[m.param].shape)):
     var = abstract[m.param]
-    host = _read_kernel(m, reader, tuple(var.shape), np.dtype(var.dtype))
-    if mesh is None:
-      value = jax.device_put(host, device)
-    else:  # each device (of every host) copies just its own slice
-      value = jax.make_array_from_callback(host.shape, _sharding(var, mesh),
-                                           lambda index, host=host: host[index])
+    host = _read_kernel(m, reader, _slice_shape(var, m), np.dtype(var.dtype))
+    sharding = _sharding(var, mesh, device, stacked=m.layer is not None)
+    # Each device (of every host) copies just its own slice.
+    value = jax.make_array_from_callback(host.shape, sharding,
+                                         lambda index, host=host: host[index])
+    if m.layer is not None:
+      if m.param not in values:
+        values[m.param] = _zeros(var.shape, np.dtype(var.dtype),
+                                 _sharding(var, mesh, device))()
+      value = _set_layer(values[m.param], value, m.layer)
     # Wait for the copy: transfers are asynchronous, and host buffers queued behind a busy
     # transfer would all stay alive at once.
-    values[m.param] = var.replace(jax.block_until_ready(value))
+    values[m.param] = jax.block_until_ready(value)
     del host, value
-  state = nnx.from_flat_state([(path, values[path]) for path in abstract])
+  state = nnx.from_flat_state([(path, abstract[path].replace(values[path]))
+                               for path in abstract])
   return nnx.merge(graphdef, state)
 
 
@@ -215,6 +255,12 @@ def _host_array(value: jax.Array) -> np.ndarray:
   return np.asarray(jax.device_get(value))
 
 
+def _layer_slice(params: dict[Any, nnx.Variable], m: TensorMap) -> jax.Array:
+  """The value `m` maps, on the devices: a stacked parameter's slice `m.layer`."""
+  value = params[m.param][...]
+  return value if m.layer is None else value[m.layer]
+
+
 def save_pretrained(model: Qwen3, path: str | os.PathLike[str], *, dtype: str | None = None,
                     max_shard_bytes: int = 4 << 30, layout: str = "transformers5") -> list[str]:
   """Writes config.json and safetensors (sharded + index above `max_shard_bytes`).
@@ -236,20 +282,21 @@ def save_pretrained(model: Qwen3, path: str | os.PathLike[str], *, dtype: str | 
   directory.mkdir(parents=True, exist_ok=True)
   params = dict(nnx.to_flat_state(nnx.state(model, nnx.Param)))
   out_dtype = jnp.dtype(dtype or cfg.param_dtype)
-  # Stacked expert kernels are fetched once and reused for their E tensors.
-  host = functools.lru_cache(maxsize=1)(lambda param: _host_array(params[param][...]))
+  # One layer's slice of a stacked parameter at a time; its expert kernels are fetched once
+  # and reused for their E tensors.
+  host = functools.lru_cache(maxsize=1)(lambda m: _host_array(_layer_slice(params, m)))
   pending = []
   for m in tensor_maps(cfg):
-    shape = tuple(params[m.param][...].shape)
+    shape = _slice_shape(params[m.param], m)
     if m.experts:
       for e, name in enumerate(m.hf_names()):
-        fetch = functools.partial(lambda p, e, n: _to_torch(host(p)[e], n).astype(out_dtype),
-                                  m.param, e, m.n_in)
+        fetch = functools.partial(lambda m, e: _to_torch(host(m)[e], m.n_in).astype(out_dtype),
+                                  m, e)
         pending.append(hf_safetensors.PendingTensor(name, hf_tensor_shape(shape[1:], m.n_in),
                                                     out_dtype, fetch))
     else:
-      fetch = functools.partial(lambda p, n: _to_torch(_host_array(params[p][...]), n)
-                                .astype(out_dtype), m.param, m.n_in)
+      fetch = functools.partial(lambda m: _to_torch(_host_array(_layer_slice(params, m)), m.n_in)
+                                .astype(out_dtype), m)
       pending.append(hf_safetensors.PendingTensor(m.hf, hf_tensor_shape(shape, m.n_in), out_dtype,
                                                   fetch))
   files = hf_safetensors.write_checkpoint(directory, pending, max_shard_bytes)

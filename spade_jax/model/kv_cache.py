@@ -5,6 +5,10 @@ the position id of the token it came from; -1 marks an empty slot or a padding t
 query at position p attends every entry of its own row with 0 <= pos <= p, so a left-padded
 prompt, a one-token decode step and a new conversation turn are all the same call.
 
+The layers of a group (`ModelConfig.layer_groups`) share one stacked buffer with a leading
+layer axis, which the model's layer scan carries; a layer takes its own slice of it, writes
+and reads that, and puts it back (Attention).
+
 A call may use only some rows of the cache (`Rows`, e.g. the slots a multi-turn append
 writes) and attend only the first `read_len` entries of each. New entries are scattered into
 the whole cache buffers, so a donated cache is updated in place; only the rows read are
@@ -25,8 +29,8 @@ from spade_jax.model.platform import current_platform
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class KVCache:
-  """k: tuple over layers of [B, K, Hd, S] on CPU, [B, K, S, Hd] on GPU / TPU; v: same of
-  [B, K, S, Hd]; pos: [B, S] int32; end: [B] int32.
+  """k: tuple over layer groups of [L_g, B, K, Hd, S] on CPU, [L_g, B, K, S, Hd] on GPU /
+  TPU; v: same of [L_g, B, K, S, Hd]; pos: [B, S] int32; end: [B] int32.
 
   Each kv head's block is contiguous. On CPU the keys are stored transposed: a decode step's
   scores are then a [G, Hd] x [Hd, S] product per row and head, and its output a [G, S] x
@@ -49,8 +53,9 @@ class KVCache:
     k_shape = ((batch_size, cfg.num_kv_heads, cfg.head_dim, max_len) if key_entry_axis() == 3
                else (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim))
     v_shape = (batch_size, cfg.num_kv_heads, max_len, cfg.head_dim)
-    return cls(k=tuple(jnp.zeros(k_shape, dtype) for _ in range(cfg.num_layers)),
-               v=tuple(jnp.zeros(v_shape, dtype) for _ in range(cfg.num_layers)),
+    groups = [n for _, n in cfg.layer_groups()]
+    return cls(k=tuple(jnp.zeros((n, *k_shape), dtype) for n in groups),
+               v=tuple(jnp.zeros((n, *v_shape), dtype) for n in groups),
                pos=jnp.full((batch_size, max_len), -1, jnp.int32),
                end=jnp.zeros((batch_size,), jnp.int32))
 
@@ -62,10 +67,20 @@ class KVCache:
   def max_len(self) -> int:
     return self.pos.shape[1]
 
+  @property
+  def num_layers(self) -> int:
+    return sum(k.shape[0] for k in self.k)
+
 
 Rows = jax.Array | None  # cache rows a call uses: None = all, else an index per input row
-V_ENTRY_AXIS = 2  # entries axis of the value buffers [B, K, S, Hd]
+V_ENTRY_AXIS = 2  # entries axis of one layer's value buffer [B, K, S, Hd]
 _V_AXES = ("batch", "kv_heads", "length", "head_dim")
+
+
+def stacked(axis: int) -> int:
+  """Where axis `axis` of one layer's buffer (e.g. `key_entry_axis()`) sits in its group's
+  stacked buffer [L_g, ...]: one further, behind the layer axis."""
+  return axis + 1
 
 
 def key_entry_axis(platform: str | None = None) -> int:
@@ -83,8 +98,8 @@ def _key_axes() -> tuple[str, ...]:
 def map_with_axes(cache: KVCache, fn) -> KVCache:
   """A KVCache of fn(leaf, logical axis names of the leaf): the one place that names the
   cache's axes, for sharding rules."""
-  return KVCache(k=tuple(fn(x, _key_axes()) for x in cache.k),
-                 v=tuple(fn(x, _V_AXES) for x in cache.v),
+  return KVCache(k=tuple(fn(x, ("layers", *_key_axes())) for x in cache.k),
+                 v=tuple(fn(x, ("layers", *_V_AXES)) for x in cache.v),
                  pos=fn(cache.pos, ("batch", "length")), end=fn(cache.end, ("batch",)))
 
 

@@ -7,7 +7,8 @@ PEFT's default (Kaiming-uniform) and B [r, out...] zero, so a fresh adapter chan
 A and B are `LoRAParam`s, an `nnx.Param` subclass: `nnx.Param` still selects every weight
 (the engine samples with the adapters on), `LoRAParam` selects the adapters alone (the
 trainer's trainable state) and `BASE` the frozen base weights. The MoE experts' kernels and
-the router carry no adapter.
+the router carry no adapter. A projection of a stacked layer group (qwen3.py) gets stacked
+adapters: A [L_g, in..., r] and B [L_g, r, out...], each layer's slice drawn on its own.
 """
 
 from __future__ import annotations
@@ -51,13 +52,16 @@ class LoRA(nnx.Module):
 
   def __init__(self, kernel: nnx.Param, contracted: int, cfg: ModelConfig, *, rngs: nnx.Rngs):
     shape, axes = tuple(kernel.shape), tuple(kernel.get_metadata()["logical_axes"])
+    lead = 1 if axes[0] == "layers" else 0  # a stacked group's layer axis
+    cut = lead + contracted  # the kernel's [L_g,] in... | out...
     r, dtype = cfg.lora_rank, jnp.dtype(cfg.param_dtype)
-    fan_in = math.prod(shape[:contracted])
+    fan_in = math.prod(shape[lead:cut])
     bound = 1.0 / math.sqrt(fan_in)  # PEFT / torch kaiming_uniform_(a=sqrt(5)) on lora_A
-    a = jax.random.uniform(rngs.params(), (*shape[:contracted], r), jnp.float32, -bound, bound)
-    self.a = LoRAParam(a.astype(dtype), logical_axes=(*axes[:contracted], None))
-    self.b = LoRAParam(jnp.zeros((r, *shape[contracted:]), dtype),
-                       logical_axes=(None, *axes[contracted:]))
+    a = jax.random.uniform(rngs.params(), (*shape[:cut], r), jnp.float32, -bound, bound)
+    self.a = LoRAParam(a.astype(dtype), logical_axes=(*axes[:cut], None))
+    self.b = LoRAParam(jnp.zeros((*shape[:lead], r, *shape[cut:]), dtype),
+                       logical_axes=(*axes[:lead], None, *axes[cut:]))
+    self.contracted = contracted
     self.scale = cfg.lora_alpha / r
     self.compute_dtype = jnp.dtype(cfg.compute_dtype)
 
@@ -70,10 +74,12 @@ class LoRA(nnx.Module):
                   out_dtype=out_dtype)
 
   def delta(self) -> jax.Array:
-    """scale * A B in the kernel's layout [in..., out...] (float32), for merging."""
+    """scale * A B in the kernel's layout [L_g,] [in..., out...] (float32), for merging."""
     a, b = self.a[...].astype(jnp.float32), self.b[...].astype(jnp.float32)
-    flat = self.scale * (a.reshape(-1, a.shape[-1]) @ b.reshape(b.shape[0], -1))
-    return flat.reshape(*a.shape[:-1], *b.shape[1:])
+    lead = a.ndim - 1 - self.contracted  # 1 when stacked
+    flat = self.scale * (a.reshape(*a.shape[:lead], -1, a.shape[-1])
+                         @ b.reshape(*b.shape[:lead + 1], -1))  # [L_g,] [in, out]
+    return flat.reshape(*a.shape[:-1], *b.shape[lead + 1:])
 
 
 def target_names(cfg: ModelConfig) -> tuple[str, ...]:

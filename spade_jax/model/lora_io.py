@@ -102,18 +102,21 @@ def save_peft_adapter(model: Qwen3, out: str | os.PathLike, *,
     raise ValueError("save_peft_adapter: the model has no LoRA adapters (lora_rank = 0)")
   directory = pathlib.Path(out)
   directory.mkdir(parents=True, exist_ok=True)
-  names = {m.param[:-1]: (m.hf.removesuffix(".weight"), m.n_in) for m in tensor_maps(cfg)
-           if m.param[-1] == "kernel"}
+  names = {(m.param[:-1], m.layer): (m.hf.removesuffix(".weight"), m.n_in)
+           for m in tensor_maps(cfg) if m.param[-1] == "kernel"}
   pending = []
   for path, proj in adapted(model):
-    hf, n_in = names[tuple(path)]
     a = np.asarray(jax.device_get(proj.lora.a[...]), np.float32)
     b = np.asarray(jax.device_get(proj.lora.b[...]), np.float32)
-    for suffix, value in (("lora_A", _to_torch(a, n_in)), ("lora_B", _to_torch(b, 1))):
-      value = np.ascontiguousarray(value)
-      pending.append(hf_safetensors.PendingTensor(
-          f"base_model.model.{hf}.{suffix}.weight", value.shape, value.dtype,
-          lambda v=value: v))
+    stacked = a.ndim > proj.lora.contracted + 1  # [L_g, in..., r]: one adapter per layer
+    for layer in range(a.shape[0]) if stacked else (None,):
+      hf, n_in = names[(tuple(path), layer)]
+      a_l, b_l = (a, b) if layer is None else (a[layer], b[layer])
+      for suffix, value in (("lora_A", _to_torch(a_l, n_in)), ("lora_B", _to_torch(b_l, 1))):
+        value = np.ascontiguousarray(value)
+        pending.append(hf_safetensors.PendingTensor(
+            f"base_model.model.{hf}.{suffix}.weight", value.shape, value.dtype,
+            lambda v=value: v))
   hf_safetensors.write_file(directory / ADAPTER_WEIGHTS, pending, {"format": "pt"})
   config = {"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": cfg.lora_rank,
             "lora_alpha": cfg.lora_alpha, "lora_dropout": 0.0, "bias": "none",

@@ -1,8 +1,14 @@
 """Qwen3 / Qwen3-MoE decoder in Flax NNX, numerically matching Hugging Face transformers.
 
-The layers are a Python list (`nnx.List`), not an `nnx.scan`: Qwen3-MoE mixes dense and
-sparse layers (`mlp_only_layers`, `decoder_sparse_step`), the KV cache is a tuple per layer,
-and the parameter tree stays one-to-one with the Hugging Face tensor names.
+Consecutive layers of one kind (dense or MoE: `ModelConfig.layer_groups`) are one group,
+stored as one `DecoderLayer` whose parameters have a leading layer axis (logical name
+"layers", replicated) and run by one `jax.lax.scan`: XLA compiles one layer body whatever
+the depth, and a layer's gathered weights and activations are those of one loop iteration.
+Dense models and all-MoE models are one group; Qwen3-MoE with `mlp_only_layers` or a
+`decoder_sparse_step` is a few groups in order. The KV cache holds one stacked buffer per
+group, carried through its scan. `hf_io.tensor_maps` addresses each layer's slice, so
+Hugging Face checkpoints load and save one tensor per layer as before; `Qwen3.layer(i)`
+gives one layer as a plain module.
 """
 
 from __future__ import annotations
@@ -41,35 +47,71 @@ class MLP(nnx.Module):
 class DecoderLayer(nnx.Module):
   """Pre-norm residual block: x + attn(norm(x)), then x + mlp(norm(x))."""
 
-  def __init__(self, cfg: ModelConfig, layer: int, *, rngs: nnx.Rngs):
+  def __init__(self, cfg: ModelConfig, moe: bool, *, rngs: nnx.Rngs):
     pd = jnp.dtype(cfg.param_dtype)
     self.input_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
     self.attn = Attention(cfg, rngs=rngs)
     self.post_attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
-    self.mlp = MoEBlock(cfg, rngs=rngs) if cfg.is_moe_layer(layer) else MLP(cfg, rngs=rngs)
+    self.mlp = MoEBlock(cfg, rngs=rngs) if moe else MLP(cfg, rngs=rngs)
 
-  def __call__(self, x, cos, sin, mask, kv=None, write_at=None, rows=None, read_len=None):
-    attn_out, kv = self.attn(self.input_norm(x), cos, sin, mask, kv, write_at, rows, read_len)
+  def __call__(self, x, cos, sin, mask, kv=None, write_at=None, rows=None, read_len=None,
+               layer=None):
+    """x [B, T, D] -> (x [B, T, D], updated kv); kv and `layer` as in Attention."""
+    attn_out, kv = self.attn(self.input_norm(x), cos, sin, mask, kv, write_at, rows, read_len,
+                             layer)
     x = x + attn_out
     x = x + self.mlp(self.post_attn_norm(x))
     return constrain(x, _ACT), kv
 
 
-def _call_layer(layer: DecoderLayer, x, cos, sin, mask):
-  return layer(x, cos, sin, mask)[0]
+def _is_variable(x) -> bool:
+  return isinstance(x, nnx.Variable)
 
 
-def _remat_layer(policy):
-  """_call_layer under jax.checkpoint(policy), over the layer's state as a plain pytree.
+def stacked_layers(cfg: ModelConfig, moe: bool, count: int, rngs: nnx.Rngs) -> DecoderLayer:
+  """`count` fresh layers of one kind as one DecoderLayer whose parameters are stacked
+  [count, ...] (logical axis "layers"); each layer is initialised from its own key."""
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: DecoderLayer(cfg, moe, rngs=nnx.Rngs(0))))
+  one = lambda key: nnx.state(DecoderLayer(cfg, moe, rngs=nnx.Rngs(params=key)))
+  state = jax.vmap(one)(jax.random.split(rngs.params(), count))
+  add_axis = lambda v: v.replace(logical_axes=("layers", *v.get_metadata()["logical_axes"]))
+  return nnx.merge(graphdef, jax.tree.map(add_axis, state, is_leaf=_is_variable))
 
-  Not `nnx.remat`: inside the trainer's micro-batch scan, the frozen reference's layers hold
-  arrays of the enclosing trace, and nnx.remat's in-place update of them raised
-  TraceContextError. A layer changes no state, so nothing has to flow back out."""
-  def run(layer: DecoderLayer, x, cos, sin, mask):
-    graphdef, state = nnx.split(layer)
-    pure = lambda state, *args: _call_layer(nnx.merge(graphdef, state), *args)
-    return jax.checkpoint(pure, policy=policy)(state, x, cos, sin, mask)
-  return run
+
+def split_layers(group: DecoderLayer) -> tuple[nnx.GraphDef, nnx.State]:
+  """A stacked group's graphdef and state, the state's metadata that of one layer (values
+  still stacked [L_g, ...]): each slice of it merges into a plain DecoderLayer."""
+  graphdef, state = nnx.split(group)
+  drop_axis = lambda v: v.replace(logical_axes=v.get_metadata()["logical_axes"][1:])
+  return graphdef, jax.tree.map(drop_axis, state, is_leaf=_is_variable)
+
+
+def _scan_layers(group: DecoderLayer, x, cos, sin, mask, policy) -> jax.Array:
+  """x [B, T, D] through every layer of a group in one scan (no cache: training). With a
+  remat policy the body is rematerialised: the backward pass keeps each layer's input."""
+  graphdef, state = split_layers(group)
+
+  def body(x, layer_state):  # one layer: [B, T, D] -> [B, T, D]
+    return nnx.merge(graphdef, layer_state)(x, cos, sin, mask)[0], None
+
+  if policy is not None:
+    body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+  return jax.lax.scan(body, x, state)[0]
+
+
+def _scan_cached_layers(group: DecoderLayer, x, kv, cos, sin, mask, write_at, rows, read_len):
+  """x [B, T, D] through every layer of a group in one scan, carrying the group's stacked
+  cache kv = (k [L_g, S_all, ...], v [L_g, S_all, ...]); layer i writes and reads slice i."""
+  graphdef, state = split_layers(group)
+
+  def body(carry, xs):
+    x, kv = carry
+    layer_state, i = xs
+    x, kv = nnx.merge(graphdef, layer_state)(x, cos, sin, mask, kv, write_at, rows, read_len, i)
+    return (x, kv), None
+
+  index = jnp.arange(kv[0].shape[0], dtype=jnp.int32)  # [L_g]
+  return jax.lax.scan(body, (x, kv), (state, index))[0]
 
 
 def default_positions(valid: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
@@ -91,7 +133,7 @@ class Qwen3(nnx.Module):
     self.cfg = cfg
     self.embed = Embed(cfg.vocab_size, cfg.hidden_size, param_dtype=pd, compute_dtype=cd,
                        rngs=rngs)
-    self.layers = nnx.List([DecoderLayer(cfg, i, rngs=rngs) for i in range(cfg.num_layers)])
+    self.groups = nnx.List([stacked_layers(cfg, moe, n, rngs) for moe, n in cfg.layer_groups()])
     self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, "norm", param_dtype=pd)
     if not cfg.tie_word_embeddings:
       self.lm_head = Einsum("btd,dv->btv", (cfg.hidden_size, cfg.vocab_size), ("embed", "vocab"),
@@ -106,6 +148,21 @@ class Qwen3(nnx.Module):
     if cache is None:
       return self.logits_from_hidden(out)
     return self.logits_from_hidden(out[0]), out[1]
+
+  def layer(self, i: int) -> DecoderLayer:
+    """Decoder layer i as a plain module: a copy of its slice of its group. Edits to it
+    reach the model only through `set_layer`."""
+    g, j = self.cfg.layer_position(i)
+    graphdef, state = split_layers(self.groups[g])
+    pick = lambda v: v.replace(v.get_value()[j])
+    return nnx.merge(graphdef, jax.tree.map(pick, state, is_leaf=_is_variable))
+
+  def set_layer(self, i: int, layer: DecoderLayer) -> None:
+    """Writes `layer` (e.g. an edited `self.layer(i)`) into slice i of its group, in place."""
+    g, j = self.cfg.layer_position(i)
+    put = lambda s, n: s.replace(s.get_value().at[j].set(n.get_value()))
+    group = self.groups[g]
+    nnx.update(group, jax.tree.map(put, nnx.state(group), nnx.state(layer), is_leaf=_is_variable))
 
   def logits_from_hidden(self, h: jax.Array, head: jax.Array | None = None,
                          axes: tuple[str | None, ...] = ("batch", "length", "vocab"),
@@ -162,13 +219,12 @@ class Qwen3(nnx.Module):
     x = constrain(self.embed(ids), _ACT)  # [B, T, D]
     if cache is None:
       policy = REMAT_POLICIES[resolve_remat(self.cfg.remat)]  # for the training pass
-      run_layer = _call_layer if policy is None else _remat_layer(policy)
-      for layer in self.layers:
-        x = run_layer(layer, x, cos, sin, mask)
+      for group in self.groups:
+        x = _scan_layers(group, x, cos, sin, mask, policy)
       return self.final_norm(x)
     new_k, new_v = [], []
-    for i, layer in enumerate(self.layers):
-      x, (k, v) = layer(x, cos, sin, mask, (cache.k[i], cache.v[i]), write_at, rows, read_len)
+    for group, k, v in zip(self.groups, cache.k, cache.v, strict=True):
+      x, (k, v) = _scan_cached_layers(group, x, (k, v), cos, sin, mask, write_at, rows, read_len)
       new_k.append(k)
       new_v.append(v)
     end = cache.end.at[row_ids(rows, ids.shape[0])].set(write_at + t, mode="drop")
@@ -191,8 +247,9 @@ class Qwen3(nnx.Module):
       if segment_ids is not None:
         raise ValueError("segment_ids (packed rows) cannot be combined with a KV cache")
       rows_seen = cache.batch_size if rows is None else jnp.shape(rows)[0]
-      if rows_seen != ids.shape[0] or len(cache.k) != self.cfg.num_layers:
-        raise ValueError(f"cache holds {cache.batch_size} rows x {len(cache.k)} layers "
+      groups = tuple(n for _, n in self.cfg.layer_groups())
+      if rows_seen != ids.shape[0] or tuple(k.shape[0] for k in cache.k) != groups:
+        raise ValueError(f"cache holds {cache.batch_size} rows x {cache.num_layers} layers "
                          f"({rows_seen} selected); input has {ids.shape[0]} rows, model "
                          f"{self.cfg.num_layers} layers")
       if ids.shape[1] > cache.max_len:

@@ -38,6 +38,7 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
     "expert_logits": None,
     "norm": None,
     "length": None,
+    "layers": None,  # the leading axis of a group's stacked layers (scanned over)
 }
 
 

@@ -209,18 +209,6 @@ class _Fns(NamedTuple):
 # compiled steps instead of compiling again.
 _COMPILED: dict[tuple, _Fns] = {}
 
-# XLA's CPU scheduler by default orders the step for concurrency (independent ops run side
-# by side). Its memory-optimised order keeps fewer buffers live: the step needs less
-# scratch memory and is no slower (bench/RESULTS.md).
-_CPU_STEP_OPTIONS = {"xla_cpu_scheduler_type": "CPU_SCHEDULER_TYPE_MEMORY_OPTIMIZED"}
-
-
-def _step_compiler_options(mesh: Mesh | None, params) -> dict[str, str] | None:
-  """XLA options for the train step on the platform of `mesh` (else of `params`): CPU only."""
-  device = mesh.devices.flat[0] if mesh is not None else _first_device(params)
-  return dict(_CPU_STEP_OPTIONS) if device.platform == "cpu" else None
-
-
 def _first_device(tree) -> jax.Device:
   return next(iter(jax.tree.leaves(tree)[0].devices()))
 
@@ -232,14 +220,13 @@ def compile_fns(graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest,
   tx = make_optimizer(cfg)
   step_fn = functools.partial(train_step, graphdef=graphdef, tx=tx, cfg=cfg)
   copy = functools.partial(jax.tree.map, jnp.copy)
-  options = _step_compiler_options(mesh, params)
   if mesh is None:
-    step = jax.jit(step_fn, donate_argnums=(0, 1), compiler_options=options)
+    step = jax.jit(step_fn, donate_argnums=(0, 1))
     return _Fns(jax.jit(tx.init), jax.jit(copy), step, None)
   replicated, batch_sh, param_sh, opt_sh = step_shardings(tx, mesh, params)
   step = jax.jit(step_fn, donate_argnums=(0, 1),
                  in_shardings=(param_sh, opt_sh, param_sh if separate_ref else None,
                                jax.tree.map(lambda x: x.sharding, rest), batch_sh),
-                 out_shardings=(param_sh, opt_sh, replicated), compiler_options=options)
+                 out_shardings=(param_sh, opt_sh, replicated))
   return _Fns(jax.jit(tx.init, out_shardings=opt_sh), jax.jit(copy, out_shardings=param_sh),
               step, batch_sh)

@@ -108,10 +108,13 @@ def install(model: Qwen3, seed: int = 0, settings: CircuitSettings = CircuitSett
 
   read = _orthonormal_rows(rng, hd, d, skip_first=True)  # [Hd, D]: a token's content
   stream = _orthonormal_rows(rng, hd, d, skip_first=True)  # [Hd, D]: where "previous" goes
-  margin = _previous_token_head(model.layers[0].attn, cfg, settings, read, stream)
-  _induction_head(model.layers[1].attn, cfg, settings, read, stream,
+  first, second = model.layer(0), model.layer(1)
+  margin = _previous_token_head(first.attn, cfg, settings, read, stream)
+  _induction_head(second.attn, cfg, settings, read, stream,
                   _orthonormal_rows(rng, settings.match_pairs * 2, hd, skip_first=False),
                   _orthonormal_rows(rng, hd, d, skip_first=True))
+  model.set_layer(0, first)
+  model.set_layer(1, second)
   return {"previous_token_margin": round(margin, 4), "embed_std": settings.embed_std}
 
 

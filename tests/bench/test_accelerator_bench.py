@@ -49,7 +49,7 @@ def test_matmul_parameters_equal_the_dense_model_layers(preset):
   cfg = get_preset(preset)
   model = nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)))
   kernels = sum(x.size for path, x in nnx.to_flat_state(nnx.state(model, nnx.Param))
-                if path[0] == "layers" and path[-1] == "kernel")
+                if path[0] == "groups" and path[-1] == "kernel")
   assert bench.matmul_params_per_token(cfg) == kernels
   if preset == "qwen3-0.6b":
     assert kernels == 440_401_920  # Qwen3-0.6B's 0.44B non-embedding parameters

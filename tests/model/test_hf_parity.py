@@ -94,8 +94,8 @@ def test_load_into_mesh_places_shards(checkpoints):
   directory, expected = checkpoints["moe_dense_layers"]
   mesh = make_mesh({"data": 1, "fsdp": 2, "tensor": 2, "expert": 2})
   model = hf_io.from_pretrained(directory, dtype="float32", mesh=mesh)
-  experts = model.layers[0].mlp.gate_proj.kernel[...]  # [E, D, F] (expert, embed, mlp)
-  assert experts.sharding.spec == jax.sharding.PartitionSpec("expert", "fsdp", "tensor")
+  experts = model.groups[0].mlp.gate_proj.kernel[...]  # [L_g, E, D, F] (layer 0's group)
+  assert experts.sharding.spec == jax.sharding.PartitionSpec(None, "expert", "fsdp", "tensor")
   assert len(experts.addressable_shards) == 8
   with jax.set_mesh(mesh):
     logits = _forward(model, IDS)

@@ -25,7 +25,8 @@ def _ids(shape, seed=0):
 def test_zero_adapters_reproduce_the_base_exactly_uncached_and_cached():
   base = Qwen3(get_preset("tiny"), rngs=nnx.Rngs(0))
   model = Qwen3(CFG, rngs=nnx.Rngs(0))  # same seed: the same base weights, adapters after
-  assert len(adapted(model)) == 7 * CFG.num_layers and base_fingerprint(model) == \
+  per_layer = sum(proj.lora.a.shape[0] for _, proj in adapted(model))  # stacked [L_g, ...]
+  assert per_layer == 7 * CFG.num_layers and base_fingerprint(model) == \
       base_fingerprint(base)
   ids = _ids((2, 9))
   np.testing.assert_array_equal(np.asarray(_forward(model, ids)), np.asarray(_forward(base, ids)))

@@ -69,8 +69,9 @@ def test_sharded_forward_equals_unsharded(reference, mesh_cfg, q_spec, up_spec):
   mesh = make_mesh(mesh_cfg)
   with jax.set_mesh(mesh):
     model = shard_model(nnx.merge(graphdef, state), mesh)
-    assert model.layers[0].attn.q_proj.kernel[...].sharding.spec == q_spec
-    assert model.layers[1].mlp.up_proj.kernel[...].sharding.spec == up_spec
+    # Stacked [L_g, ...]: the layer axis replicated. Group 0 is layer 0, group 1 layer 1.
+    assert model.groups[0].attn.q_proj.kernel[...].sharding.spec == P(None, *q_spec)
+    assert model.groups[1].mlp.up_proj.kernel[...].sharding.spec == P(None, *up_spec)
     cache = KVCache.init(cfg, 8, 8)
     cache = jax.device_put(cache, kv_cache_shardings(cache, mesh))
 
@@ -104,6 +105,6 @@ def test_kv_cache_shardings_put_rows_on_batch_axes_and_kv_heads_on_tensor():
   cfg = get_preset("tiny")  # 2 kv heads
   cache = KVCache.init(cfg, 4, 8)
   shardings = kv_cache_shardings(cache, make_mesh({"fsdp": 4, "tensor": 2}))
-  assert shardings.k[0].spec == P("fsdp", "tensor", None, None)  # [B, K, Hd, S]
-  assert shardings.v[0].spec == P("fsdp", "tensor", None, None)  # [B, K, S, Hd]
+  assert shardings.k[0].spec == P(None, "fsdp", "tensor", None, None)  # [L, B, K, Hd, S]
+  assert shardings.v[0].spec == P(None, "fsdp", "tensor", None, None)  # [L, B, K, S, Hd]
   assert shardings.pos.spec == P("fsdp", None) and shardings.end.spec == P("fsdp")

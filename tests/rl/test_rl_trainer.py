@@ -273,19 +273,6 @@ def test_bad_batches_fail_early_with_the_field_name(initial):
     Trainer(dict(RL, micro_batch_size=3), _model(initial), make_mesh({"fsdp": 2, "data": 4}))
 
 
-def test_cpu_step_is_compiled_with_the_memory_optimised_schedule(initial):
-  """The scheduler option reaches XLA: the step needs less scratch memory than by default."""
-  trainer = Trainer(dict(RL, logprob_chunk=64), _model(initial))
-  step, captured = trainer._fns.step, []
-  trainer._fns = trainer._fns._replace(step=lambda *args: captured.append(args) or step(*args))
-  trainer.train_step(_batch(0, length=256))
-
-  def scratch_bytes(jitted):
-    return jitted.lower(*captured[0]).compile().memory_analysis().temp_size_in_bytes
-
-  assert scratch_bytes(step) < scratch_bytes(jax.jit(step.__wrapped__))
-
-
 @pytest.mark.parametrize("committed", [False, True])
 def test_step_compiles_once_whether_or_not_the_parameters_are_committed(initial, committed):
   model = _model(initial)

@@ -40,9 +40,9 @@ def test_the_rope_weighting_peaks_one_position_back_over_every_distance(cfg):
 
 def test_the_previous_token_head_attends_one_position_back(cfg, wired):
   model, _ = wired
-  attn, length = model.layers[0].attn, 300
+  attn, length = model.layer(0).attn, 300
   ids = np.random.default_rng(1).integers(FIRST_ID, cfg.vocab_size, (1, length))
-  h = model.layers[0].input_norm(model.embed(ids))  # [1, T, D]
+  h = model.layer(0).input_norm(model.embed(ids))  # [1, T, D]
   cos, sin = rope_cos_sin(np.arange(length)[None], cfg.head_dim, cfg.rope_theta)
   q = np.asarray(apply_rope(attn.q_norm(attn.q_proj(h)), cos, sin))[0, :, 0]  # [T, Hd]
   k = np.asarray(apply_rope(attn.k_norm(attn.k_proj(h)), cos, sin))[0, :, 0]
