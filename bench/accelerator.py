@@ -55,7 +55,6 @@ import functools
 import json
 import math
 import pathlib
-import re
 import sys
 import time
 import traceback
@@ -210,29 +209,6 @@ def largest_fitting(sizes: Sequence[int], peak_of: Callable[[int], float],
   return None, peak
 
 
-_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
-# XLA's TPU compiler refuses a program over HBM; its message names what it needed, e.g.
-# "the total memory required for HLO temporaries (22.89G) exceeds available HBM (15.75G)"
-# or "Used 22.89G of 15.75G hbm".
-_NEEDED = re.compile(r"(?:required[^(]*\(|Used )([\d.]+)([KMGT]?)")
-
-
-def refused_bytes(err: jax.errors.JaxRuntimeError) -> float:
-  """What a program the compiler refused for memory (RESOURCE_EXHAUSTED) needs at least, from
-  the compiler's message (inf when it names no size); any other error is raised again."""
-  message = str(err)
-  if "RESOURCE_EXHAUSTED" not in message:
-    raise err
-  found = _NEEDED.search(message)
-  return float(found[1]) * _UNITS[found[2]] if found else math.inf
-
-
-def per_chip_bytes(tree) -> int:
-  """Bytes one chip holds of a tree of sharded (abstract or real) arrays: each leaf's shard."""
-  return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
-             for x in jax.tree.leaves(tree))
-
-
 def abstract_model(cfg: ModelConfig, mesh: Mesh) -> nnx.Module:
   """Qwen3(cfg) whose parameters are `jax.ShapeDtypeStruct`s sharded on `mesh` as
   `create_sharded` would place them: compiles against it allocate nothing."""
@@ -260,7 +236,7 @@ def engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> float
   try:
     return _engine_peak(engine, rows, chunk, length)
   except jax.errors.JaxRuntimeError as err:
-    return refused_bytes(err)
+    return tpu_aot.refused_bytes(err)
 
 
 def _engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> int:
@@ -292,7 +268,7 @@ def _engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> int:
 def grpo_state_bytes(cfg: ModelConfig, mesh: Mesh) -> int:
   """Per-chip bytes a Trainer holds before its first step: the fp32 parameters, AdamW's two
   moments and the frozen reference, each sharded like its parameter."""
-  return 4 * per_chip_bytes(nnx.state(abstract_model(cfg, mesh), nnx.Param))
+  return 4 * tpu_aot.per_chip_bytes(nnx.state(abstract_model(cfg, mesh), nnx.Param))
 
 
 def step_peak(trainer: Trainer, batch: TrainBatch) -> float:
@@ -301,7 +277,7 @@ def step_peak(trainer: Trainer, batch: TrainBatch) -> float:
   try:
     return compiled_peak(trainer.compiled_step(batch))
   except jax.errors.JaxRuntimeError as err:
-    return refused_bytes(err)
+    return tpu_aot.refused_bytes(err)
 
 
 def compiled_peak(compiled: jax.stages.Compiled) -> int:

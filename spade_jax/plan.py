@@ -106,23 +106,6 @@ def attention_pairs(t: int) -> int:
   return block * block * n * (n + 1) // 2
 
 
-def lora_second_copies(cfg: ModelConfig) -> int:
-  """Bytes per token LoRA adds to a layer's stored residuals (no rematerialisation) beyond
-  `x A`: one more copy of each adapted q, k, v, gate and up output. The output is
-  `x W + delta`; XLA fuses the sum into its consumer (q/k norm, rotary, attention, SiLU) and
-  the backward keeps two arrays (`x W` and `delta`, or the sum and the consumer's output)
-  where the full-weight step keeps one. The o and down outputs only join the residual stream
-  and keep nothing. With per-layer rematerialisation the layers store only their inputs, so
-  none of this stays live (tests/test_plan.py checks both against XLA). MoE experts carry
-  no adapters."""
-  if not cfg.lora_rank:
-    return 0
-  mlp = 0 if cfg.is_moe else cfg.intermediate_size
-  q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
-  width = dict(q_proj=q, k_proj=kv, v_proj=kv, gate_proj=mlp, up_proj=mlp)
-  return _bytes(cfg.compute_dtype) * sum(width.get(n, 0) for n in lora.target_names(cfg))
-
-
 def attention_residual_bytes(cfg: ModelConfig, t: int, kernel: str) -> int:
   """Bytes the uncached attention `kernel` (attention_impl.py) keeps for its backward per row
   of length t, beyond q, k, v and the output: the blocked kernel (CPU) the float32
@@ -181,7 +164,10 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   `model_shards` ways; float32 gradients (the running sum and one micro-batch's). With
   `logprob_chunk` (config.rl.logprob_remat) only one chunk's logits are live at a time.
   With LoRA the optimiser state and gradients are the adapters' and the reference is the
-  base itself (no copy); without rematerialisation the layers keep `lora_second_copies`.
+  base itself (no copy). The layers run as one scan (model/qwen3.py): without
+  rematerialisation the stacked residuals of every layer plus one more layer's (the
+  iteration the scan is writing or the backward is reading) are live; with it, every
+  layer's input and one layer's residuals.
   The attention's residuals are those of the kernel `platform` resolves to."""
   total, _ = parameter_counts(cfg)
   trained = trained_count(cfg)
@@ -199,7 +185,7 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
       reference=total * p // model_shards if beta > 0 and not cfg.lora_rank else 0,
       grads=2 * trained * 4 // model_shards,
       batch=padded_rows * (5 * t + loss_positions) * 4 // dp,  # five [rows, T] + positions
-      activations=cfg.num_layers * r * (layer + t * lora_second_copies(cfg)) + logits,
+      activations=(cfg.num_layers + 1) * r * layer + logits,
       activations_remat=inputs + r * layer + logits)
 
 

@@ -11,7 +11,6 @@ what comes back is the compiler's own per-chip memory and HLO.
 from __future__ import annotations
 
 import dataclasses
-import math
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -50,7 +49,8 @@ class ProgramReport:
     p, g = self.program, tpu_aot.GIB
     return {"peak_gib": round(p.peak / g, 3), "temp_gib": round(p.temp / g, 3),
             "argument_gib": round(p.argument / g, 3), "output_gib": round(p.output / g, 3),
-            "resident_gib": round(self.resident / g, 3), "compile_s": round(p.compile_s, 1)}
+            "resident_gib": round(self.resident / g, 3), "compile_s": round(p.compile_s, 1),
+            "refused": p.refused}
 
 
 def _abstract(tree: Any, shardings: Any) -> Any:
@@ -164,19 +164,13 @@ PROGRAMS: dict[str, Callable[..., Callable[[], Any]]] = {
 }
 
 
-def chip_bytes(tree: Any) -> int:
-  """Bytes one chip holds of an abstract, sharded pytree (the largest shard per array)."""
-  return sum(math.prod(x.sharding.shard_shape(x.shape)) * jnp.dtype(x.dtype).itemsize
-             for x in jax.tree.leaves(tree) if x is not None)
-
-
 def resident_bytes(experiment: Experiment, cfg: ModelConfig, mesh) -> dict[str, int]:
   """Per program, the bytes per chip that other programs keep alive beside it: the engine's
   full-capacity decode state during the train step; the optimiser state and the frozen
   reference (the parameters are the engine's too) during rollout."""
   _, params, opt_state, ref, _ = _train_inputs(experiment, cfg, mesh)
-  trainer_only = chip_bytes(opt_state) + chip_bytes(ref)
-  decode_state = chip_bytes(_engine_inputs(experiment, cfg, mesh)[2])
+  trainer_only = tpu_aot.per_chip_bytes(opt_state) + tpu_aot.per_chip_bytes(ref)
+  decode_state = tpu_aot.per_chip_bytes(_engine_inputs(experiment, cfg, mesh)[2])
   return {"train_step": decode_state, "decode_block": trainer_only,
           "prefill_append": trainer_only}
 
@@ -222,6 +216,10 @@ def compiled_report(reports: dict[str, ProgramReport], slice_name: str) -> str:
   for name, r in reports.items():
     p = r.program
     verdict = "fits" if r.need <= hbm else "does NOT fit"
+    if p.refused:
+      lines.append(f"  {name:15s} refused by the compiler: temporaries alone need {g(p.temp)} "
+                   f"(does NOT fit); after {p.compile_s:.0f} s")
+      continue
     lines.append(f"  {name:15s} arguments {g(p.argument)}  temp {g(p.temp)}  output "
                  f"{g(p.output - p.alias)}  peak {g(p.peak)} + resident {g(r.resident)} = "
                  f"{g(r.need)} ({verdict}); compiled in {p.compile_s:.0f} s")

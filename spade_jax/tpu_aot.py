@@ -68,13 +68,15 @@ def slice_devices(name: str) -> tuple[jax.Device, ...]:
 
 @dataclasses.dataclass(frozen=True)
 class CompiledProgram:
-  """One compiled program's per-chip memory (bytes), compile seconds and HLO text."""
+  """One compiled program's per-chip memory (bytes), compile seconds and HLO text; or, when
+  the compiler refused it for HBM (`refused`), what the compiler said it needs as `temp`."""
   argument: int
   output: int
   alias: int
-  temp: int
+  temp: float
   compile_s: float
   hlo: str
+  refused: bool = False
 
   @property
   def peak(self) -> int:
@@ -90,12 +92,39 @@ def compile_program(fn: Callable, args: Sequence[Any], **jit_kwargs: Any) -> Com
 def measure(compile_it: Callable[[], jax.stages.Compiled]) -> CompiledProgram:
   """Runs `compile_it` (a lower + compile) and reads the program's memory, time and HLO."""
   start = time.perf_counter()
-  compiled = compile_it()
+  try:
+    compiled = compile_it()
+  except jax.errors.JaxRuntimeError as err:  # over HBM: the compiler names what it needs
+    return CompiledProgram(0, 0, 0, refused_bytes(err), time.perf_counter() - start, "",
+                           refused=True)
   seconds = time.perf_counter() - start
   m = compiled.memory_analysis()
   return CompiledProgram(m.argument_size_in_bytes, m.output_size_in_bytes,
                          m.alias_size_in_bytes, m.temp_size_in_bytes, seconds,
                          compiled.as_text())
+
+
+_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+# XLA's TPU compiler refuses a program over HBM; its message names what it needed, e.g.
+# "the total memory required for HLO temporaries (22.89G) exceeds available HBM (15.75G)"
+# or "Used 22.89G of 15.75G hbm".
+_NEEDED = re.compile(r"(?:required[^(]*\(|Used )([\d.]+)([KMGT]?)")
+
+
+def refused_bytes(err: jax.errors.JaxRuntimeError) -> float:
+  """What a program the compiler refused for memory (RESOURCE_EXHAUSTED) needs at least, from
+  the compiler's message (inf when it names no size); any other error is raised again."""
+  message = str(err)
+  if "RESOURCE_EXHAUSTED" not in message:
+    raise err
+  found = _NEEDED.search(message)
+  return float(found[1]) * _UNITS[found[2]] if found else math.inf
+
+
+def per_chip_bytes(tree: Any) -> int:
+  """Bytes one chip holds of a tree of sharded (abstract or real) arrays: each leaf's shard."""
+  return sum(math.prod(x.sharding.shard_shape(x.shape)) * jax.numpy.dtype(x.dtype).itemsize
+             for x in jax.tree.leaves(tree))
 
 
 _COLLECTIVE_OPS = ("all-gather", "all-reduce", "reduce-scatter", "all-to-all",

@@ -333,7 +333,8 @@ def test_grpo_shrinks_its_micro_batch_to_fit(monkeypatch):
   del roomy
   one = bench.compiled_peak(bench.Trainer(dict(beta=0.05, micro_batch_size=1), bench._model(
       cfg, mesh), mesh).compiled_step(batch))
-  assert 4 * bench.per_chip_bytes(nnx.state(bench.abstract_model(cfg, mesh), nnx.Param)) < one < two
+  params = nnx.state(bench.abstract_model(cfg, mesh), nnx.Param)
+  assert 4 * bench.tpu_aot.per_chip_bytes(params) < one < two
   trainer, sizes = bench._grpo_trainer(cfg, setting((one + two) / 2 / bench.HBM_FILL), batch)
   assert trainer.cfg.micro_batch_size == 1 and sizes["micro_batch_count"] == 1
   trainer, sizes = bench._grpo_trainer(cfg, setting(0.99 * one / bench.HBM_FILL), batch)
@@ -356,7 +357,7 @@ def _v5e_8(tpu_slice):
 
 
 def test_a_program_refused_for_hbm_needs_what_the_compiler_says():
-  refused = lambda message: bench.refused_bytes(bench.jax.errors.JaxRuntimeError(message))
+  refused = lambda message: bench.tpu_aot.refused_bytes(bench.jax.errors.JaxRuntimeError(message))
   gib = bench.tpu_aot.GIB
   assert refused("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
                  "HLO temporaries (22.89G) exceeds available HBM (15.75G).") == 22.89 * gib
@@ -371,8 +372,8 @@ def test_an_engine_the_tpu_compiler_refuses_does_not_fit(tpu_slice, monkeypatch)
   """4096 slots of 4224 entries on one v5e chip: XLA's TPU compiler refuses the program for
   HBM at compile time; the engine's peak is what the compiler says it needs (> 16 GiB), so
   it does not fit the chip's budget instead of failing the part."""
-  refusals, refused_bytes = [], bench.refused_bytes
-  monkeypatch.setattr(bench, "refused_bytes", lambda err: refusals.append(err) or
+  refusals, refused_bytes = [], bench.tpu_aot.refused_bytes
+  monkeypatch.setattr(bench.tpu_aot, "refused_bytes", lambda err: refusals.append(err) or
                       refused_bytes(err))
   chip = tpu_slice("v5e-1")
   mesh = make_mesh({"fsdp": -1}, chip)
