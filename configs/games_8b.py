@@ -7,7 +7,7 @@ r"""SPADE games setting on Qwen3-8B with full fine-tuning, sized for a v5p-8 (4 
 The games run (configs/games.py: 24 environments, three of six categories, k = 4, G = 8,
 12,288-token episodes) on the 8B dense backbone, every weight trained: float32 master
 weights and Adam moments, a float32 KL reference, FSDP over the slice's four chips. What gave
-way to fit next to 48 GiB a chip of training state: each layer is rematerialised
+way to fit next to the float32 training state: each layer is rematerialised
 (`model.remat`), the log-prob chunks too (`rl.logprob_remat`), the micro-batch is one row a
 chip, and the engine keeps 32 slots (384 episodes in 12 waves) so that its KV cache stays near
 a fifth of HBM. Expected runtime: not measured (no TPU run was made).

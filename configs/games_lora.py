@@ -3,14 +3,17 @@ r"""SPADE games setting with LoRA on Qwen3-4B, sized for a v5e-8 (8 chips of 16 
     python launch/tpu_run.py --config games_lora.py --workdir gs://BUCKET/spade/games_lora \
         --config.model.checkpoint=/path/to/Qwen3-4B-Instruct-2507 \
         --config.tokenizer=/path/to/Qwen3-4B-Instruct-2507
-    python -m spade_jax.plan --config games_lora.py --topology v5e-8   # says it fits
+    python -m spade_jax.plan --config games_lora.py --topology v5e-8 --compile   # the fit
 
 The games run (configs/games.py) with only rank-16 adapters training on every attention and
 MLP projection: the frozen base is stored in bfloat16, Adam state and gradients are the
 adapters' (about 1 % of the weights), and the KL reference is the base with the adapters
 off, so there is no second copy. Rows are cut to 8,192 tokens and the engine to 32 slots so
-that one row's attention and the KV cache fit next to the weights. Expected runtime: not
-measured here (no TPU run was made). Export the result with
+that one row's attention and the KV cache fit next to the weights, and the largest prefill
+piece is 2,048 tokens (a ~4k designer prompt goes in two appends): a 4,096-token append of the
+designer prompts needs 16.6 GiB of temporaries a chip (its attention scores are float32
+[rows, heads, T, S]), more than the chip. Expected runtime: not measured here (no TPU run
+was made). Export the result with
 `python -m spade_jax.export --workdir W --adapter OUT` (a PEFT adapter) or `--merged OUT`.
 """
 
@@ -41,6 +44,7 @@ def get_config() -> ConfigDict:
   c.rl.micro_batch_size = 8  # one row a chip per micro-batch
   c.engine.num_slots = 32  # 384 episodes in 12 waves; the KV cache is ~1/3 of HBM
   c.engine.max_cache_len = 8192  # designer prompt (~4k) + 2k reply; agent 8 turns of 512
+  c.engine.prefill_buckets = (512, 2048)  # turns; prompts in pieces of at most 2k
   c.sampling.designer = {"max_new_tokens": 2048, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.sampling.agent = {"max_new_tokens": 512, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   return c
