@@ -13,21 +13,15 @@ chip, and the engine keeps 32 slots (384 episodes in 12 waves) so that its KV ca
 a fifth of HBM. Expected runtime: not measured (no TPU run was made).
 """
 
-import importlib.util
-import pathlib
-
 from ml_collections import ConfigDict
 
-_GAMES = importlib.util.spec_from_file_location(
-    "games_config", pathlib.Path(__file__).with_name("games.py"))
-games = importlib.util.module_from_spec(_GAMES)
-_GAMES.loader.exec_module(games)
+from spade_jax.config_schema import config_of
 
 CHECKPOINT = "/mnt/disks/models/Qwen3-8B"  # HF dir (config.json, *.safetensors)
 
 
 def get_config() -> ConfigDict:
-  c = games.get_config()
+  c = config_of("games.py")
   c.model.preset = "qwen3-8b"
   c.model.checkpoint = CHECKPOINT
   c.tokenizer = CHECKPOINT

@@ -17,21 +17,15 @@ was made). Export the result with
 `python -m spade_jax.export --workdir W --adapter OUT` (a PEFT adapter) or `--merged OUT`.
 """
 
-import importlib.util
-import pathlib
-
 from ml_collections import ConfigDict
 
-_GAMES = importlib.util.spec_from_file_location(
-    "games_config", pathlib.Path(__file__).with_name("games.py"))
-games = importlib.util.module_from_spec(_GAMES)
-_GAMES.loader.exec_module(games)
+from spade_jax.config_schema import config_of
 
 CHECKPOINT = "/mnt/disks/models/Qwen3-4B-Instruct-2507"  # HF dir (config.json, *.safetensors)
 
 
 def get_config() -> ConfigDict:
-  c = games.get_config()
+  c = config_of("games.py")
   c.model.preset = "qwen3-4b"
   c.model.checkpoint = CHECKPOINT
   c.tokenizer = CHECKPOINT

@@ -13,6 +13,7 @@ missing checkpoint fail in the first seconds instead of after an hour of compila
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import pathlib
 import re
@@ -113,6 +114,16 @@ def resolve_config_path(arg: str) -> str:
   names = sorted(p.stem for p in CONFIG_DIR.glob("*.py"))
   raise ConfigError(f"--config={arg!r}: no such file (also tried {CONFIG_DIR}/); "
                     f"available configs: {names}")
+
+
+def config_of(name: str) -> ConfigDict:
+  """`get_config()` of a shipped config module ('games.py' or 'games'), unlocked: for a config
+  derived from another (configs/games_8b.py, games_lora.py)."""
+  path = resolve_config_path(name)
+  spec = importlib.util.spec_from_file_location(pathlib.Path(path).stem + "_config", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config()
 
 
 def parse_config_args(argv: Sequence[str], fv: flags.FlagValues) -> tuple[ConfigDict, str]:
