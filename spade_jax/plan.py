@@ -99,6 +99,17 @@ def _count(cfg: ModelConfig, which) -> int:
   return sum(math.prod(x.shape) for x in jax.tree.leaves(state))
 
 
+@functools.cache
+def layer_counts(cfg: ModelConfig) -> tuple[int, int]:
+  """(parameters, trained parameters) of the largest decoder layer: the stacked [L_group,
+  ...] leaves of each scanned group (model/qwen3.py) divided by the group's depth."""
+  model = _abstract_model(cfg)
+  per_group = lambda which: [
+      sum(math.prod(x.shape[1:]) for x in jax.tree.leaves(nnx.state(g, which)))
+      for g in model.groups]
+  return max(per_group(nnx.Param)), max(per_group(lora.trainable(cfg)))
+
+
 def attention_pairs(t: int) -> int:
   """Query-key pairs the blocked causal attention holds per head for a row of length t."""
   block = -(-max(DEFAULT_BLOCK, -(-t // MAX_BLOCKS)) // DEFAULT_BLOCK) * DEFAULT_BLOCK
@@ -149,11 +160,12 @@ class TrainMemory:
   batch: int
   activations: int  # one micro-batch, no rematerialisation
   activations_remat: int  # one micro-batch, each layer rematerialised
+  layer_transient: int = 0  # one layer's gathered weights and unsharded gradient (FSDP)
 
   @property
   def total(self) -> int:
     return (self.params + self.opt_state + self.reference + self.grads + self.batch
-            + self.activations)
+            + self.layer_transient + self.activations)
 
 
 def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_positions: int,
@@ -167,7 +179,9 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   base itself (no copy). The layers run as one scan (model/qwen3.py): without
   rematerialisation the stacked residuals of every layer plus one more layer's (the
   iteration the scan is writing or the backward is reading) are live; with it, every
-  layer's input and one layer's residuals.
+  layer's input and one layer's residuals. With the parameters split (FSDP), the layer
+  being computed is gathered whole in the compute dtype, and in the backward its float32
+  weight gradient is whole until it is reduce-scattered.
   The attention's residuals are those of the kernel `platform` resolves to."""
   total, _ = parameter_counts(cfg)
   trained = trained_count(cfg)
@@ -180,13 +194,16 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   logits = r * positions * cfg.vocab_size * 4
   inputs = cfg.num_layers * r * t * cfg.hidden_size * _bytes(cfg.compute_dtype)
   padded_rows = -(-rows // micro_batch) * micro_batch
+  layer_params, layer_trained = layer_counts(cfg)
+  gathered = layer_params * _bytes(cfg.compute_dtype) + layer_trained * 4
   return TrainMemory(
       params=total * p // model_shards, opt_state=2 * trained * p // model_shards,
       reference=total * p // model_shards if beta > 0 and not cfg.lora_rank else 0,
       grads=2 * trained * 4 // model_shards,
       batch=padded_rows * (5 * t + loss_positions) * 4 // dp,  # five [rows, T] + positions
       activations=(cfg.num_layers + 1) * r * layer + logits,
-      activations_remat=inputs + r * layer + logits)
+      activations_remat=inputs + r * layer + logits,
+      layer_transient=gathered if model_shards > 1 else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,6 +279,7 @@ def report(plan: Plan, name: str, mfu: float) -> str:
            f"  optimiser state (Adam)  {g(plan.train.opt_state)}",
            f"  reference policy        {g(plan.train.reference)}",
            f"  gradients (sum + micro) {g(plan.train.grads)}",
+           f"  one layer, gathered     {g(plan.train.layer_transient)}",
            f"  training batch          {g(plan.train.batch)}",
            f"  activations, no remat   {g(plan.train.activations)}",
            f"  activations, remat      {g(plan.train.activations_remat)}",
