@@ -82,7 +82,8 @@ from spade_jax.engine.state import SlotParams, init_decode_state, pick_bucket  #
 from spade_jax.engine.state import state_shardings as decode_state_shardings  # noqa: E402
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh  # noqa: E402
 from spade_jax.model.config import ModelConfig  # noqa: E402
-from spade_jax.model.sharding import MESH_AXES, batch_shards, state_shardings  # noqa: E402
+from spade_jax.model.sharding import MESH_AXES, batch_shards  # noqa: E402
+from spade_jax.plan_compile import abstract_model, shaped  # noqa: E402
 from spade_jax.rl.batch import AGENT, TrainBatch  # noqa: E402
 from spade_jax.rl.trainer import Trainer  # noqa: E402
 
@@ -209,20 +210,8 @@ def largest_fitting(sizes: Sequence[int], peak_of: Callable[[int], float],
   return None, peak
 
 
-def abstract_model(cfg: ModelConfig, mesh: Mesh) -> nnx.Module:
-  """Qwen3(cfg) whose parameters are `jax.ShapeDtypeStruct`s sharded on `mesh` as
-  `create_sharded` would place them: compiles against it allocate nothing."""
-  graphdef, state = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))
-  return nnx.merge(graphdef, _shaped(state, state_shardings(state, mesh)))
-
-
-def _shaped(tree, shardings):
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s),
-                      tree, shardings)
-
-
 def _replicated(tree, mesh: Mesh):
-  return _shaped(tree, jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree))
+  return shaped(tree, jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree))
 
 
 def engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> float:
@@ -251,7 +240,7 @@ def _engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> int:
   with jax.set_mesh(mesh):  # the mesh's platform picks the cache layout and the kernels
     state = jax.eval_shape(lambda: init_decode_state(cfg, slots, entries, engine.max_stop_ids,
                                                      engine.cache_dtype))
-    state = _shaped(state, decode_state_shardings(state, mesh))
+    state = shaped(state, decode_state_shardings(state, mesh))
     generate = tpu_aot.compile_program(
         functools.partial(slot_engine._generate, graphdef, num_steps=engine.decode_steps),
         (params, state, host(slots, dtype=bool)), donate_argnums=(1,))

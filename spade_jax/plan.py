@@ -227,10 +227,11 @@ class Plan:
     return (self.rollout_flops + self.train_flops) / (self.chips * self.peak_flops * mfu)
 
 
-def make_plan(experiment: Experiment, chip: Chip, chips: int, *,
-              prompt_tokens: int = 1024) -> Plan:
-  """The plan of `experiment` on `chips` chips (formulas: docs/plan.md)."""
-  cfg = experiment.model.architecture()
+def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: int = 1024,
+              model_overrides: dict | None = None) -> Plan:
+  """The plan of `experiment` on `chips` chips (formulas: docs/plan.md); `model_overrides`
+  replace ModelConfig fields, as in plan_compile.compile_step_programs."""
+  cfg = dataclasses.replace(experiment.model.architecture(), **(model_overrides or {}))
   s, rl = experiment.selfplay, experiment.rl
   mesh = experiment.mesh_shape
   fixed = math.prod(v for v in mesh.values() if v != -1)
@@ -251,7 +252,9 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *,
                        logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None,
                        platform="tpu")
   kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)
-  kv = (experiment.engine.num_slots * t * cfg.num_layers * 2 * cfg.num_kv_heads
+  # Every slot holds the longest row plus room for one more prefill piece (engine/slot_engine).
+  entries = t + experiment.engine.prefill_buckets[-1]
+  kv = (experiment.engine.num_slots * entries * cfg.num_layers * 2 * cfg.num_kv_heads
         * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
 
   _, active = parameter_counts(cfg)
@@ -315,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     chip, chips = parse_topology(topology.value)
     plan = make_plan(experiment, chip, chips, prompt_tokens=prompt.value)
     if compile_.value:
-      check_compilable(topology.value, experiment.mesh_shape)
+      check_compilable(topology.value, experiment.mesh_shape, experiment.rl.micro_batch_size)
   except (config_schema.ConfigError, flags.Error) as err:
     sys.exit(f"error: {err}")
   m = experiment.model
@@ -331,11 +334,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(json.dumps(plan_compile.summary(reports, topology.value)))
 
 
-def check_compilable(topology: str, mesh_shape: dict[str, int]) -> None:
+def check_compilable(topology: str, mesh_shape: dict[str, int], micro_batch_size: int) -> None:
   """Raises ConfigError unless the run's mesh can be compiled for `topology` here (a known
-  slice whose chips the mesh fits, libtpu installed)."""
+  slice whose chips the mesh fits, libtpu installed) and its micro-batches split over the
+  mesh's batch shards as the trainer requires."""
   from spade_jax import tpu_aot
-  from spade_jax.model.sharding import make_mesh
+  from spade_jax.model.sharding import batch_shards, make_mesh
   if topology not in tpu_aot.SLICES:
     raise config_schema.ConfigError(f"--compile knows the slices {sorted(tpu_aot.SLICES)}, "
                                     f"not {topology!r}")
@@ -343,9 +347,14 @@ def check_compilable(topology: str, mesh_shape: dict[str, int]) -> None:
     raise config_schema.ConfigError("--compile needs XLA's TPU compiler: pip install "
                                     "-r requirements-test.txt (libtpu pinned to jax's version)")
   try:
-    make_mesh(mesh_shape, tpu_aot.slice_devices(topology))
+    mesh = make_mesh(mesh_shape, tpu_aot.slice_devices(topology))
   except ValueError as err:
     raise config_schema.ConfigError(f"config.mesh on {topology}: {err}") from None
+  shards = batch_shards(mesh)
+  if micro_batch_size % shards:
+    raise config_schema.ConfigError(
+        f"config.rl.micro_batch_size={micro_batch_size} on {topology}: the trainer needs a "
+        f"multiple of the mesh's {shards} batch shards")
 
 
 if __name__ == "__main__":

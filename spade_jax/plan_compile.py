@@ -53,30 +53,28 @@ class ProgramReport:
             "refused": p.refused}
 
 
-def _abstract(tree: Any, shardings: Any) -> Any:
+def shaped(tree: Any, shardings: Any) -> Any:
   """`tree`'s leaves as ShapeDtypeStructs carrying the matching leaf of `shardings`."""
   return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
                       tree, shardings)
 
 
-def _abstract_model(cfg: ModelConfig, mesh) -> Qwen3:
+def abstract_model(cfg: ModelConfig, mesh) -> Qwen3:
+  """Qwen3(cfg) whose parameters are ShapeDtypeStructs sharded on `mesh` as the trainer places
+  them: compiling against it allocates nothing."""
   with jax.set_mesh(mesh):
-    return nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)))
-
-
-def _sharded_state(state: Any, mesh) -> Any:
-  return _abstract(state, param_shardings(state, mesh))
+    graphdef, state = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))
+  return nnx.merge(graphdef, shaped(state, param_shardings(state, mesh)))
 
 
 def _train_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
   """(jitted fns, abstract params, opt_state, reference, rest) as the Trainer holds them."""
   rl = experiment.rl
-  graphdef, params, rest = nnx.split(_abstract_model(cfg, mesh), lora.trainable(cfg), ...)
-  params, rest = _sharded_state(params, mesh), _sharded_state(rest, mesh)
+  graphdef, params, rest = nnx.split(abstract_model(cfg, mesh), lora.trainable(cfg), ...)
   separate_ref = rl.beta > 0 and not cfg.lora_rank
   fns = compile_fns(graphdef, rl, mesh, params, rest, separate_ref)
   opt_state = jax.eval_shape(fns.init, params)
-  opt_state = _abstract(opt_state, jax.tree.map(lambda x: x.sharding, opt_state))
+  opt_state = shaped(opt_state, jax.tree.map(lambda x: x.sharding, opt_state))
   return fns, params, opt_state, params if separate_ref else None, rest
 
 
@@ -108,7 +106,7 @@ def train_step_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callab
 def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
   """(graphdef, abstract params, abstract full-capacity decode state, a SlotEngine for its
   buckets) as the engine sees them: the trainer's parameters, sharded the same way."""
-  model = _abstract_model(cfg, mesh)
+  model = abstract_model(cfg, mesh)
   e = experiment.engine
   engine = slot_engine.SlotEngine(model, num_slots=e.num_slots, max_cache_len=e.max_cache_len,
                                   prefill_buckets=e.prefill_buckets,
@@ -116,12 +114,11 @@ def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
                                   decode_widths=e.decode_widths,
                                   decode_lengths=e.decode_lengths)
   graphdef, params = nnx.split(model)
-  params = _sharded_state(params, mesh)
   with jax.set_mesh(mesh):
     state = jax.eval_shape(lambda: init_decode_state(
         cfg, engine.decode_widths[-1], engine.decode_lengths[-1], engine.max_stop_ids,
         engine.cache_dtype))
-    state = _abstract(state, state_shardings(state, mesh))
+    state = shaped(state, state_shardings(state, mesh))
   return graphdef, params, state, engine
 
 

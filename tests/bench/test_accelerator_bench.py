@@ -1,7 +1,7 @@
 """bench/accelerator.py on CPU: the refusal, --help, its roofline / MFU arithmetic, its
-sizing to a chip's HBM (on the 8 CPU devices and on a deviceless TPU v5e-8), every part run
-end to end at small sizes on the GPU path emulated over a mesh of all devices, and imports
-without the test-only packages."""
+sizing to a chip's HBM on the 8 CPU devices, every part run end to end at small sizes on the
+GPU path emulated over a mesh of all devices, and imports without the test-only packages.
+Its sizing on deviceless TPU slices: test_accelerator_bench_tpu.py."""
 
 import functools
 import importlib.util
@@ -22,9 +22,17 @@ from spade_jax.model import config as model_config
 from spade_jax.model.attention_impl import emulated_kernels
 
 _PATH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "accelerator.py"
-_SPEC = importlib.util.spec_from_file_location("accelerator_bench", _PATH)
-bench = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(bench)
+
+
+def load_bench():
+  """bench/accelerator.py as a module (bench/ is not a package)."""
+  spec = importlib.util.spec_from_file_location("accelerator_bench", _PATH)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+bench = load_bench()
 
 
 def test_refuses_cpu_with_one_line(capsys):
@@ -339,77 +347,3 @@ def test_grpo_shrinks_its_micro_batch_to_fit(monkeypatch):
   assert trainer.cfg.micro_batch_size == 1 and sizes["micro_batch_count"] == 1
   trainer, sizes = bench._grpo_trainer(cfg, setting(0.99 * one / bench.HBM_FILL), batch)
   assert trainer is None and sizes == bench.Budget(0.99 * one / bench.HBM_FILL).skipped(one)
-
-
-@pytest.fixture(name="tpu_slice")
-def _tpu_slice(monkeypatch):
-  """tpu_aot.slice_devices: deviceless TPU slices (libtpu's compiler on this CPU)."""
-  pytest.importorskip("libtpu")
-  # Another process compiling for TPU on this host may hold libtpu's lockfile; compiling
-  # needs no exclusive chip access.
-  monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-  return bench.tpu_aot.slice_devices
-
-
-@pytest.fixture(name="v5e_8")
-def _v5e_8(tpu_slice):
-  return tpu_slice("v5e-8")
-
-
-def test_a_program_refused_for_hbm_needs_what_the_compiler_says():
-  refused = lambda message: bench.tpu_aot.refused_bytes(bench.jax.errors.JaxRuntimeError(message))
-  gib = bench.tpu_aot.GIB
-  assert refused("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for "
-                 "HLO temporaries (22.89G) exceeds available HBM (15.75G).") == 22.89 * gib
-  assert refused("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm. Used 1.5T of "
-                 "15.75G hbm.") == 1.5 * 2**40
-  assert refused("RESOURCE_EXHAUSTED: out of memory") == math.inf
-  with pytest.raises(bench.jax.errors.JaxRuntimeError, match="INVALID_ARGUMENT"):
-    refused("INVALID_ARGUMENT: something else")
-
-
-def test_an_engine_the_tpu_compiler_refuses_does_not_fit(tpu_slice, monkeypatch):
-  """4096 slots of 4224 entries on one v5e chip: XLA's TPU compiler refuses the program for
-  HBM at compile time; the engine's peak is what the compiler says it needs (> 16 GiB), so
-  it does not fit the chip's budget instead of failing the part."""
-  refusals, refused_bytes = [], bench.tpu_aot.refused_bytes
-  monkeypatch.setattr(bench.tpu_aot, "refused_bytes", lambda err: refusals.append(err) or
-                      refused_bytes(err))
-  chip = tpu_slice("v5e-1")
-  mesh = make_mesh({"fsdp": -1}, chip)
-  cfg = get_preset("tiny", head_dim=128, param_dtype="bfloat16", compute_dtype="bfloat16")
-  engine = bench.SlotEngine(bench.abstract_model(cfg, mesh), num_slots=4096, max_cache_len=4096,
-                            prefill_buckets=(128,), decode_steps=8)
-  peak = bench.engine_peak(engine, 4096, 128, 4096 + 128)
-  # The append, and with the layers scanned the generate block too, are refused.
-  assert refusals and all("RESOURCE_EXHAUSTED" in str(err) for err in refusals)
-  assert 16 * bench.tpu_aot.GIB < peak < math.inf
-  assert not bench.Budget(bench.chip_hbm(chip[0])).fits(peak)
-
-
-def test_every_tpu_slice_has_its_hbm_by_device_kind(v5e_8):
-  for name, tpu in bench.tpu_aot.SLICES.items():
-    device = bench.tpu_aot.slice_devices(name)[0]
-    assert bench.chip_hbm(device) == tpu.hbm_gib * bench.tpu_aot.GIB, (name, device.device_kind)
-
-
-def test_rollout_shrinks_its_slots_to_the_compiled_tpu_peak(v5e_8, monkeypatch):
-  """The rollout engine's programs compiled for a TPU v5e-8 (FSDP over its 8 chips, a tiny
-  model with 128-wide heads for the TPU kernels): 16 slots need more than 8; a budget
-  between them gets 8, one below both is refused with the smaller need."""
-  monkeypatch.setattr(bench, "ROLLOUT_ENGINE", dict(max_cache_len=512, prefill_buckets=(128,)))
-  peaks, compile_peak = {}, bench.engine_peak
-  compile_once = lambda engine, *sizes: peaks.get(sizes) or peaks.setdefault(
-      sizes, compile_peak(engine, *sizes))
-  monkeypatch.setattr(bench, "engine_peak", compile_once)
-  mesh = make_mesh({"fsdp": -1}, v5e_8)
-  cfg = get_preset("tiny", head_dim=128, param_dtype="bfloat16", compute_dtype="bfloat16")
-  hbm = bench.chip_hbm(v5e_8[0])
-  assert hbm == 16 * bench.tpu_aot.GIB
-  sixteen = bench.rollout_slots(cfg, mesh, 16, bench.Budget(hbm))
-  eight = bench.rollout_slots(cfg, mesh, 8, bench.Budget(hbm))
-  assert sixteen[0] == 16 and eight[0] == 8 and 0 < eight[1] < sixteen[1]
-  between = bench.Budget((eight[1] + sixteen[1]) / 2 / bench.HBM_FILL)
-  assert bench.rollout_slots(cfg, mesh, 16, between) == eight
-  assert bench.rollout_slots(cfg, mesh, 16, bench.Budget(eight[1])) == (None, eight[1])
-

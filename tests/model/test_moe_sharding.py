@@ -18,13 +18,16 @@ from spade_jax.model.moe import MoEBlock
 
 
 def random_block(cfg, seed=0, dtype=jnp.float32):
-  """(graphdef, params) of an MoE block with weights large enough that routing differs across
-  tokens (no near-ties) and outputs are O(1); weights and the router's compute in `dtype`."""
+  """(graphdef, params) of an MoE block whose router logits and outputs are O(1), so that
+  routing differs across tokens without near-ties and the float32 comparisons are well
+  conditioned (logits of std 8 let the CPU's row-count-dependent rounding of the router's
+  matmul, about 4e-6, grow past the test's 1e-5 on an AMD EPYC); weights and the router's
+  compute in `dtype`."""
   block = nnx.eval_shape(lambda: MoEBlock(cfg, rngs=nnx.Rngs(0)))
   block.router.compute_dtype = jnp.dtype(dtype)
   rng = np.random.RandomState(seed)
-  for proj, std in ((block.router, 1.0), (block.gate_proj, 0.3), (block.up_proj, 0.3),
-                    (block.down_proj, 0.3)):
+  for proj, std in ((block.router, cfg.hidden_size ** -0.5), (block.gate_proj, 0.3),
+                    (block.up_proj, 0.3), (block.down_proj, 0.3)):
     proj.kernel.set_value(jnp.asarray(rng.normal(0, std, proj.kernel.shape), dtype))
   return nnx.split(block)
 

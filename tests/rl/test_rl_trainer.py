@@ -65,9 +65,15 @@ def _train_alike(expected: Trainer, actual: Trainer, keys, *, metric_atol: float
 
 
 def test_sharded_step_equals_unsharded(initial):
-  plain = Trainer(RL, _model(initial))
+  """Adam's eps is raised so that the comparison is well conditioned: Adam is scale-invariant,
+  so an element whose gradient is a cancelling sum carries the gradient's relative rounding
+  error (the shardings reduce in different orders) into a full-size update. With eps 1e-8 one
+  embedding element of 65,536 missed by 1.17e-6 on an AMD EPYC (1.13 x the tolerance); with
+  1e-4 the worst element is at 0.16 x."""
+  rl = dict(RL, adam_eps=1e-4)
+  plain = Trainer(rl, _model(initial))
   mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  sharded = Trainer(RL, _model(initial), mesh)
+  sharded = Trainer(rl, _model(initial), mesh)
   assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
              for x in jax.tree.leaves(sharded.params))
   keys = ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_mean")
