@@ -82,8 +82,7 @@ from spade_jax.engine.state import SlotParams, init_decode_state, pick_bucket  #
 from spade_jax.engine.state import state_shardings as decode_state_shardings  # noqa: E402
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh  # noqa: E402
 from spade_jax.model.config import ModelConfig  # noqa: E402
-from spade_jax.model.sharding import MESH_AXES, batch_shards  # noqa: E402
-from spade_jax.plan_compile import abstract_model, shaped  # noqa: E402
+from spade_jax.model.sharding import MESH_AXES, abstract_sharded, batch_shards  # noqa: E402
 from spade_jax.rl.batch import AGENT, TrainBatch  # noqa: E402
 from spade_jax.rl.trainer import Trainer  # noqa: E402
 
@@ -210,8 +209,13 @@ def largest_fitting(sizes: Sequence[int], peak_of: Callable[[int], float],
   return None, peak
 
 
+def abstract_model(cfg: ModelConfig, mesh: Mesh) -> nnx.Module:
+  """Qwen3(cfg) placed on `mesh` as `_model` places it, abstract: compiles allocate nothing."""
+  return abstract_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)), mesh)
+
+
 def _replicated(tree, mesh: Mesh):
-  return shaped(tree, jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree))
+  return tpu_aot.shaped(tree, jax.tree.map(lambda _: NamedSharding(mesh, PartitionSpec()), tree))
 
 
 def engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> float:
@@ -240,7 +244,7 @@ def _engine_peak(engine: SlotEngine, rows: int, chunk: int, length: int) -> int:
   with jax.set_mesh(mesh):  # the mesh's platform picks the cache layout and the kernels
     state = jax.eval_shape(lambda: init_decode_state(cfg, slots, entries, engine.max_stop_ids,
                                                      engine.cache_dtype))
-    state = shaped(state, decode_state_shardings(state, mesh))
+    state = tpu_aot.shaped(state, decode_state_shardings(state, mesh))
     generate = tpu_aot.compile_program(
         functools.partial(slot_engine._generate, graphdef, num_steps=engine.decode_steps),
         (params, state, host(slots, dtype=bool)), donate_argnums=(1,))

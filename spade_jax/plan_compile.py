@@ -25,8 +25,7 @@ from spade_jax.engine.state import SlotParams, init_decode_state, pick_bucket, s
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
 from spade_jax.model.config import ModelConfig
-from spade_jax.model.sharding import batch_sharding, batch_shards, make_mesh
-from spade_jax.model.sharding import state_shardings as param_shardings
+from spade_jax.model.sharding import abstract_sharded, batch_sharding, batch_shards, make_mesh
 from spade_jax.rl.step_inputs import bounded_shape
 from spade_jax.rl.trainer import compile_fns
 
@@ -53,18 +52,9 @@ class ProgramReport:
             "refused": p.refused}
 
 
-def shaped(tree: Any, shardings: Any) -> Any:
-  """`tree`'s leaves as ShapeDtypeStructs carrying the matching leaf of `shardings`."""
-  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
-                      tree, shardings)
-
-
 def abstract_model(cfg: ModelConfig, mesh) -> Qwen3:
-  """Qwen3(cfg) whose parameters are ShapeDtypeStructs sharded on `mesh` as the trainer places
-  them: compiling against it allocates nothing."""
-  with jax.set_mesh(mesh):
-    graphdef, state = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))
-  return nnx.merge(graphdef, shaped(state, param_shardings(state, mesh)))
+  """Qwen3(cfg) as the trainer places it on `mesh`, abstract (model.sharding.abstract_sharded)."""
+  return abstract_sharded(lambda: Qwen3(cfg, rngs=nnx.Rngs(0)), mesh)
 
 
 def _train_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
@@ -74,7 +64,7 @@ def _train_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
   separate_ref = rl.beta > 0 and not cfg.lora_rank
   fns = compile_fns(graphdef, rl, mesh, params, rest, separate_ref)
   opt_state = jax.eval_shape(fns.init, params)
-  opt_state = shaped(opt_state, jax.tree.map(lambda x: x.sharding, opt_state))
+  opt_state = tpu_aot.shaped(opt_state, jax.tree.map(lambda x: x.sharding, opt_state))
   return fns, params, opt_state, params if separate_ref else None, rest
 
 
@@ -118,7 +108,7 @@ def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
     state = jax.eval_shape(lambda: init_decode_state(
         cfg, engine.decode_widths[-1], engine.decode_lengths[-1], engine.max_stop_ids,
         engine.cache_dtype))
-    state = shaped(state, state_shardings(state, mesh))
+    state = tpu_aot.shaped(state, state_shardings(state, mesh))
   return graphdef, params, state, engine
 
 

@@ -66,6 +66,13 @@ def slice_devices(name: str) -> tuple[jax.Device, ...]:
   return tuple(topo.devices)
 
 
+def shaped(tree: Any, shardings: Any) -> Any:
+  """`tree`'s leaves (arrays or shapes) as ShapeDtypeStructs carrying the matching leaf of
+  `shardings`: the abstract arguments of a compile without the chips."""
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s),
+                      tree, shardings)
+
+
 @dataclasses.dataclass(frozen=True)
 class CompiledProgram:
   """One compiled program's per-chip memory (bytes), compile seconds and HLO text; or, when

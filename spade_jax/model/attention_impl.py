@@ -46,7 +46,7 @@ import numpy as np
 
 from spade_jax.model.config import ATTENTION_IMPLS
 from spade_jax.model.kv_cache import key_entry_axis
-from spade_jax.model.platform import current_platform
+from spade_jax.model.platform import cores_per_chip, current_platform
 from spade_jax.model.sharding import logical_to_spec
 from spade_jax.model.train_attention import causal_attention
 
@@ -189,7 +189,9 @@ def _tpu_decode(q, k, v, start, end, *, scale):
 
   The cache is not paged, but each (row, kv head) block of S entries is contiguous, so the
   buffers are viewed (a free reshape) as one kv head's paged cache of B * K sequences with an
-  identity page table; each sequence is one (row, kv head) with its G query heads.
+  identity page table; each sequence is one (row, kv head) with its G query heads. On a chip
+  with two TensorCores (v4, v5p) the sequences are split between them (`megacore_mode`);
+  otherwise the kernel runs on one and the other idles.
   """
   from jax.experimental.pallas import tpu as pltpu  # pylint: disable=import-outside-toplevel
   from jax.experimental.pallas.ops.tpu.paged_attention import (  # pylint: disable=import-outside-toplevel
@@ -209,8 +211,15 @@ def _tpu_decode(q, k, v, start, end, *, scale):
   interpret = pltpu.force_tpu_interpret_mode() if _EMULATE.get() else contextlib.nullcontext()
   with interpret:
     out = paged_attention(queries, paged(k), paged(v), jnp.repeat(end, kv_heads), table,
-                          pages_per_compute_block=per_block)  # [B*K, G, Hd]
+                          pages_per_compute_block=per_block,
+                          megacore_mode=_megacore_mode(seqs))  # [B*K, G, Hd]
   return out.reshape(b, 1, n, hd).astype(v.dtype)
+
+
+def _megacore_mode(sequences: int) -> str | None:
+  """The paged kernel's split over a chip's two TensorCores: by sequence where there are two
+  cores and an even number of sequences (the kernel's requirement), else none."""
+  return "batch" if cores_per_chip() == 2 and sequences % 2 == 0 else None
 
 
 _DECODE_KERNELS = {"cudnn": _gpu_decode, "pallas_tpu": _tpu_decode}

@@ -146,6 +146,17 @@ def create_sharded(factory: Callable[[], nnx.Module], mesh: Mesh | None = None) 
   return nnx.merge(graphdef, jax.jit(init, out_shardings=shardings)())
 
 
+def abstract_sharded(factory: Callable[[], nnx.Module], mesh: Mesh) -> nnx.Module:
+  """The module `create_sharded(factory, mesh)` would build, its parameters
+  `jax.ShapeDtypeStruct`s carrying the same shardings: compiling against it (deviceless TPU
+  programs, sizing) allocates nothing."""
+  with jax.set_mesh(mesh):
+    graphdef, state = nnx.split(nnx.eval_shape(factory))
+  return nnx.merge(graphdef, jax.tree.map(
+      lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), state,
+      state_shardings(state, mesh)))
+
+
 def kv_cache_shardings(cache: Any, mesh: Mesh) -> Any:
   """NamedShardings for a KVCache: rows over batch axes, kv heads over tensor."""
   return map_with_axes(cache, lambda x, names: NamedSharding(

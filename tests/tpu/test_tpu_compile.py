@@ -124,3 +124,18 @@ def test_libtpu_on_a_host_without_chips_starts_jax_quietly_on_the_cpu():
   proc = subprocess.run([sys.executable, "-c", "import spade_jax, jax; print(jax.devices())"],
                         capture_output=True, text=True, timeout=120, env=env, check=True)
   assert proc.stdout.strip() == "[CpuDevice(id=0)]" and proc.stderr == ""
+
+
+@pytest.mark.parametrize("topology, mode", [("v5p-8", "batch"), ("v5e-8", None)])
+def test_paged_decode_uses_both_tensorcores_of_a_megacore_chip(topology, mode, monkeypatch):
+  """The decode block compiled for a slice: on v5p (two TensorCores a chip) the Pallas paged
+  kernel splits its sequences between them; on v5e (one) it does not ask for it."""
+  from jax.experimental.pallas.ops.tpu import paged_attention as module  # noqa: PLC0415
+  modes, kernel = [], module.paged_attention
+  monkeypatch.setattr(module, "paged_attention", lambda *a, **kw: modes.append(
+      kw.get("megacore_mode")) or kernel(*a, **kw))
+  experiment = _experiment("games_lora.py", "--config.engine.max_cache_len=1024",
+                           "--config.engine.prefill_buckets=(256,)")
+  report = compile_step_programs(experiment, topology, model_overrides=dict(SMALL, head_dim=128),
+                                 programs=("decode_block",))["decode_block"]
+  assert report.program.peak > 0 and modes and set(modes) == {mode}
