@@ -6,10 +6,11 @@ All files go, in order, through one pool of one worker: each is validated, then 
 with reset(seed) and the actions (one per line) until the episode ends or the actions
 run out. Each line holds {"file", "valid", "reason", "observations", "rewards",
 "terminated", "truncated", "return", "error"}: `reason` is null when valid; `error` is
-null unless playing ended with an error record ("kind: detail"). Environments write
-only to /dev/null inside the jail, so nothing they print reaches this output. Exit
-status 0 whatever the files contain; 2 for a usage error; 3 if the host cannot provide
-the requested isolation.
+null unless playing ended with an error record ("kind: detail"), or "infra: ..." when the
+checker itself failed on the file (the other files still get their lines). Lines are
+strict JSON: ASCII, no NaN, no lone surrogates. Environments write only to /dev/null
+inside the jail, so nothing they print reaches this output. Exit status 0 whatever the
+files contain; 2 for a usage error; 3 if the host cannot provide the requested isolation.
 """
 
 from __future__ import annotations
@@ -22,9 +23,28 @@ from spade_jax.sandbox import contract, isolation
 from spade_jax.sandbox.pool import SandboxPool
 
 
+def _empty(path: str) -> dict:
+  return {"file": path, "valid": False, "reason": None, "observations": [], "rewards": [],
+          "terminated": False, "truncated": False, "return": 0.0, "error": None}
+
+
+def strict_json(out: dict) -> str:
+  """`out` as one line of strict JSON: ASCII, no NaN, lone surrogates replaced by "?"."""
+  text = json.dumps(out, ensure_ascii=False, allow_nan=False)
+  return json.dumps(json.loads(text.encode("utf-8", "replace")))
+
+
+def check_line(pool: SandboxPool, path: str, seed: int, actions: list[str]) -> str:
+  """The file's line; a failure of the checker itself is that file's "infra" error."""
+  try:
+    return strict_json(check_file(pool, path, seed, actions))
+  except Exception as exc:  # the other files must still get their lines
+    return strict_json(dict(_empty(path), error=f"infra: the checker failed on this file: "
+                                                f"{type(exc).__name__}: {exc}"[:500]))
+
+
 def check_file(pool: SandboxPool, path: str, seed: int, actions: list[str]) -> dict:
-  out = {"file": path, "valid": False, "reason": None, "observations": [], "rewards": [],
-         "terminated": False, "truncated": False, "return": 0.0, "error": None}
+  out = _empty(path)
   try:
     with open(path, encoding="utf-8") as f:
       source = f.read(contract.MAX_SOURCE_CHARS + 1)
@@ -74,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     return 3
   with pool:
     for path in args.files:
-      print(json.dumps(check_file(pool, path, args.seed, actions)), flush=True)
+      print(check_line(pool, path, args.seed, actions), flush=True)
   return 0
 
 

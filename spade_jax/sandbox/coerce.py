@@ -2,9 +2,13 @@
 
 Everything that comes out of an episode process is untrusted bytes. These functions
 turn one reply into a `EnvStep` (or an error record) with the contract's types:
-observation -> str cut to MAX_OBS_CHARS, reward -> finite float, flags -> bool,
-info -> JSON dict of bounded size. The in-process `FakePool` uses the same functions,
-so both pools give the same records for the same environment.
+observation -> valid Unicode str cut to MAX_OBS_CHARS, reward -> finite float (integers
+too large for a float are bad output), flags -> bool, info -> JSON dict of bounded depth
+and size without the framework's reserved keys, tools -> specs of bounded depth and size.
+A reply nested deeper than MAX_REPLY_DEPTH is refused as it is decoded, so nothing that
+reads it later can recurse past Python's limit. Text that a record quotes is valid Unicode,
+so every record can be encoded as strict JSON and tokenised. The in-process `FakePool` uses
+the same functions, so both pools give the same records for the same environment.
 """
 
 from __future__ import annotations
@@ -25,7 +29,30 @@ class BadOutput(ValueError):
 
 
 def error_record(kind: str, detail: str) -> EnvStep:
-  return EnvStep(observation="", reward=0.0, error_kind=kind, error_detail=detail[:500])
+  """An error record; lone surrogates in the detail (quoted environment text) become "?"."""
+  detail = detail[:500].encode("utf-8", "replace").decode("utf-8")
+  return EnvStep(observation="", reward=0.0, error_kind=kind, error_detail=detail)
+
+
+def json_depth(value: Any) -> int:
+  """How deep dicts and lists nest in `value` (a scalar is 0), found without recursion."""
+  depth, level = 0, [value]
+  while True:
+    level = [v for v in level if isinstance(v, (dict, list))]
+    if not level:
+      return depth
+    depth += 1
+    level = [c for v in level for c in (v.values() if isinstance(v, dict) else v)]
+
+
+def _unicode(text: str, what: str) -> str:
+  """`text` unchanged; BadOutput when it holds a lone surrogate (JSON can escape one)."""
+  try:
+    text.encode("utf-8")
+  except UnicodeEncodeError as exc:
+    raise BadOutput(f"{what} is not valid Unicode: a lone surrogate at character "
+                    f"{exc.start}") from None
+  return text
 
 
 def decode(data: bytes) -> dict:
@@ -36,6 +63,9 @@ def decode(data: bytes) -> dict:
     raise BadOutput(f"reply is not JSON: {type(exc).__name__}: {exc}"[:300]) from None
   if not isinstance(msg, dict) or ("ok" in msg) == ("err" in msg):
     raise BadOutput("reply is neither a result nor an error")
+  if json_depth(msg) > contract.MAX_REPLY_DEPTH:
+    raise BadOutput(f"reply is nested deeper than {contract.MAX_REPLY_DEPTH} levels (info may "
+                    f"nest {contract.MAX_INFO_DEPTH}, tool specs {contract.MAX_TOOLS_DEPTH})")
   return msg
 
 
@@ -54,16 +84,31 @@ def observation(value: Any) -> str:
     value = str(value)
   if len(value) > contract.MAX_OBS_CHARS:
     value = value[: contract.MAX_OBS_CHARS - len(CUT_MARK)] + CUT_MARK
-  return value
+  return _unicode(value, "observation")
 
 
 def reward(value: Any) -> float:
+  """A finite float; ints are converted, one too large for a float is bad output."""
   if isinstance(value, bool) or not isinstance(value, (int, float)):
     raise BadOutput(f"reward must be a number, got {type(value).__name__}")
-  value = float(value)
+  try:
+    value = float(value)
+  except OverflowError:
+    raise BadOutput("reward is an integer too large for a float") from None
   if not math.isfinite(value):
     raise BadOutput(f"reward must be finite, got {value}")
   return value
+
+
+def check_return(total: float, steps: int) -> None:
+  """BadOutput unless the running return after `steps` steps lies in [0, 1] (tolerance).
+
+  The framework may end an episode after any step, so every running return must be a
+  return the trainer can score; the detail starts with contract.RETURN_RANGE_ERROR.
+  """
+  if not -contract.RETURN_TOLERANCE <= total <= 1 + contract.RETURN_TOLERANCE:
+    raise BadOutput(f"{contract.RETURN_RANGE_ERROR}: the episode return {total:g} after step "
+                    f"{steps} is outside [0, 1]")
 
 
 def flag(value: Any, name: str) -> bool:
@@ -73,14 +118,23 @@ def flag(value: Any, name: str) -> bool:
 
 
 def info(value: Any) -> dict:
+  """A JSON dict of bounded depth and size, less the framework's reserved keys."""
   if value is None:
     return {}
   if not isinstance(value, dict):
     raise BadOutput(f"info must be a dict, got {type(value).__name__}")
-  size = len(json.dumps(value))
-  if size > contract.MAX_INFO_CHARS:
-    raise BadOutput(f"info is {size} characters of JSON > {contract.MAX_INFO_CHARS}")
-  return value
+  _bounded(value, "info", contract.MAX_INFO_DEPTH, contract.MAX_INFO_CHARS)
+  return {k: v for k, v in value.items() if k not in contract.RESERVED_INFO_KEYS}
+
+
+def _bounded(value: Any, what: str, max_depth: int, max_chars: int) -> None:
+  """BadOutput unless `value` nests at most max_depth deep and its JSON is short Unicode."""
+  depth = json_depth(value)
+  if depth > max_depth:
+    raise BadOutput(f"{what} is nested {depth} levels deep > {max_depth}")
+  text = _unicode(json.dumps(value, ensure_ascii=False), what)
+  if len(text) > max_chars:
+    raise BadOutput(f"{what} is {len(text)} characters of JSON > {max_chars}")
 
 
 def _parts(value: Any, n: int, call: str) -> list:
@@ -126,6 +180,7 @@ def tools(value: Any) -> list | None:
     return None
   if not isinstance(value, list) or not 1 <= len(value) <= contract.MAX_TOOLS:
     raise BadOutput(f"tools must be a list of 1..{contract.MAX_TOOLS} tool specs")
+  _bounded(value, "tools", contract.MAX_TOOLS_DEPTH, contract.MAX_TOOLS_CHARS)
   names = set()
   for i, spec in enumerate(value):
     fn = spec.get("function") if isinstance(spec, dict) else None

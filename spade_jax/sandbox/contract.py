@@ -22,11 +22,17 @@ ALLOWED_IMPORTS = frozenset({
 MAX_SOURCE_CHARS = 40_000  # longer sources are rejected before anything runs
 MAX_OBS_CHARS = 4_000  # observations are cut to this many characters (marked as cut)
 MAX_INFO_CHARS = 16_000  # an info dict whose JSON is longer is bad output
+MAX_INFO_DEPTH = 16  # an info dict nested deeper (dicts and lists) is bad output
+RESERVED_INFO_KEYS = ("max_turns", "tools")  # set by the framework; an environment's are dropped
 MAX_ACTION_CHARS = 8_000  # actions are cut to this many characters before `step`
 MAX_TOOLS = 32  # at most this many tool specs in `tools`
+MAX_TOOLS_CHARS = 32_000  # the tool specs' JSON is at most this long (it goes into every prompt)
+MAX_TOOLS_DEPTH = 40  # tool specs nest at most this deep (room for schema.MAX_DEPTH schemas)
+MAX_REPLY_DEPTH = 64  # a reply nested deeper is bad output before anything recursive reads it
 MAX_MESSAGE_BYTES = 256 * 1024  # one encoded reply of an environment call
 MAX_TURNS_CAP = 64  # upper bound on any episode length, whatever `max_turns` says
-RETURN_TOLERANCE = 1e-6  # an episode return outside [-tol, 1 + tol] is flagged
+RETURN_TOLERANCE = 1e-6  # a running return outside [-tol, 1 + tol] after any step is flagged
+RETURN_RANGE_ERROR = "return out of range"  # starts the detail of that error record
 MAX_DIFFICULTY_LEVELS = 10  # an environment may declare 2..this many difficulty levels
 
 DEFAULT_RESET_TIMEOUT_S = 2.0  # wall clock for loading the source and calling reset
@@ -45,6 +51,7 @@ STUFFED_NUMBERS = 101  # the stuffed probe reply lists the integers 0..100 among
 INSTRUCTION_PREFIX = "User:"  # an observation line starting so poses a user instruction
 MIN_INSTRUCTIONS = 2  # a tool-use oracle episode must pose at least this many instructions
 
+_RESERVED = " and ".join(RESERVED_INFO_KEYS)
 _ALLOWED_LIST = textwrap.fill(
     ", ".join(sorted(ALLOWED_IMPORTS - {"__future__"})), width=88, subsequent_indent="    ")
 
@@ -71,11 +78,13 @@ Optional class attributes:
                     (and never allows more than {MAX_TURNS_CAP}, nor more than its own cap).
   tools: list[dict] For tool-use environments: tool specs in OpenAI function-calling form,
                     {{"type": "function", "function": {{"name": str, "description": str,
-                    "parameters": <JSON schema object>}}}}, at most {MAX_TOOLS}. They are
-                    shown to the agent; each tool call it makes reaches step as the dict
-                    {{"name": "<tool>", "arguments": {{...}}}}, and its plain replies to
-                    the user as a str. The schemas may use type, properties, required,
-                    enum, items and description. Required in the tool-use setting.
+                    "parameters": <JSON schema object>}}}}, at most {MAX_TOOLS} (at most
+                    {MAX_TOOLS_CHARS} characters of JSON, nested at most {MAX_TOOLS_DEPTH}
+                    levels deep). They are shown to the agent; each tool call it makes
+                    reaches step as the dict {{"name": "<tool>", "arguments": {{...}}}},
+                    and its plain replies to the user as a str. The schemas may use
+                    type, properties, required, enum, items and description. Required in
+                    the tool-use setting.
                     A tool-use environment poses a sequence of user instructions, each an
                     observation line starting with "{INSTRUCTION_PREFIX}": reset's observation
                     poses the first, the observation after one is done the next. Played in
@@ -95,11 +104,13 @@ Optional method (the validator uses it; a run may require it):
 
 Rules:
   - The class must be constructible with no arguments: Env().
-  - The episode's return (the sum of all rewards) must lie in [0, 1]. Give partial
-    rewards for progress, and the remainder for solving.
+  - The episode's return (the sum of all rewards) must lie in [0, 1], and so must the sum of
+    the rewards so far after every step (an episode may be cut short at any step). Give
+    partial rewards for progress, and the remainder for solving.
   - Observations are plain text of at most {MAX_OBS_CHARS} characters; longer ones are cut.
   - info must be a dict of JSON values (str, int, float, bool, None, list, dict) whose JSON
-    is at most {MAX_INFO_CHARS} characters. Rewards must be finite numbers.
+    is at most {MAX_INFO_CHARS} characters, nested at most {MAX_INFO_DEPTH} levels deep; its
+    keys {_RESERVED} belong to the framework. Rewards must be finite numbers.
   - An unexpected or malformed action must not crash the environment: answer it with an
     observation that explains the expected format. A tool call whose arguments match the
     tool's schema must get a tool result, never a crash.

@@ -1,8 +1,10 @@
 """Host-side bookkeeping of live episodes, shared by the real and the fake pool.
 
 The ledger turns decoded replies into `EnvStep`s and applies the framework's rules:
-truncation after min(env max_turns, configured cap) steps, the episode-return range
-check, the tool specs in the reset record, and closing an episode once it is done.
+truncation after min(env max_turns, configured cap) steps, the range check of the running
+return after every step (an episode that leaves [0, 1] ends with an error record), the
+framework's keys in the reset record's info (`max_turns`, and `tools` from the class
+attribute only), and closing an episode once it is done.
 """
 
 from __future__ import annotations
@@ -110,16 +112,13 @@ class Ledger:
       return coerce.env_error(msg)
     try:
       record = coerce.step_result(msg["ok"])
+      episode.turns += 1
+      episode.total += record.reward
+      coerce.check_return(episode.total, episode.turns)
     except coerce.BadOutput as exc:
       return coerce.error_record("bad_output", str(exc))
-    episode.turns += 1
-    episode.total += record.reward
     if not record.done and episode.turns >= episode.max_turns:
       record = dataclasses.replace(record, truncated=True)
-    if record.done and not -contract.RETURN_TOLERANCE <= episode.total <= (
-        1 + contract.RETURN_TOLERANCE):
-      return coerce.error_record(
-          "bad_output", f"episode return {episode.total:g} is outside [0, 1]")
     if not record.done:
       self.live[episode_id] = episode
     return record

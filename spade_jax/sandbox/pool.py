@@ -195,6 +195,9 @@ class SandboxPool:
         return on_reply(coerce.decode(payload))
       except coerce.BadOutput as exc:
         return coerce.error_record("bad_output", str(exc))
+      except Exception as exc:  # whatever a reply holds, it is this episode's error alone
+        return coerce.error_record("bad_output", f"the reply cannot be read: "
+                                   f"{type(exc).__name__}: {exc}")
     if status == channel.TIMEOUT:
       return coerce.error_record("timeout", f"no reply within {timeout_s:g} s")
     if status == channel.TOO_BIG:

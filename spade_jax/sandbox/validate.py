@@ -128,8 +128,8 @@ def judge(msg: dict, class_name: str, trial: dict, rules: Rules) -> ValidationRe
     problem, env_max = _judge(msg["ok"], trial, rules)
   except coerce.BadOutput as exc:
     problem, env_max = f"types: {exc}", None
-  except (KeyError, TypeError, ValueError, IndexError, AttributeError):
-    problem, env_max = "types: the trial reply is malformed", None
+  except Exception as exc:  # whatever the reply holds, this source's verdict is "invalid"
+    problem, env_max = f"types: the trial reply is malformed ({type(exc).__name__})", None
   if problem:
     return _fail(problem, class_name=class_name)
   return ValidationResult(True, class_name=class_name, max_turns=env_max,
@@ -211,9 +211,10 @@ def _judge_run(run: guards.Run, env_max: int | None, rules: Rules
       return f"time: {where} took {seconds:.3g} s > {limit:g} s", (), total
     total += record.reward
     fingerprint.append((record.observation, record.reward, record.terminated, record.truncated))
+    try:
+      coerce.check_return(total, i)
+    except coerce.BadOutput:
+      return f"return: the episode return {total:g} after {where} is outside [0, 1]", (), total
     if i > 0 and (record.done or (env_max is not None and i >= env_max)):
-      if not -contract.RETURN_TOLERANCE <= total <= 1 + contract.RETURN_TOLERANCE:
-        return (f"return: episode return {total:g} for seed {run.seed} is outside [0, 1]", (),
-                total)
       break
   return None, tuple(fingerprint), total

@@ -29,7 +29,12 @@ read as the environment's failure (a regret of minus the no-hint mean).
 
 Sandbox infrastructure errors DROP the episode (it is reported, never scored); the
 environment's own errors (exception, timeout, crash, bad output) end it with the rewards it
-earned so far.
+earned so far, except a running return that left [0, 1] (RETURN_RANGE_ERROR):
+then every reward of the episode is discarded (return 0), since they no longer add up to
+a return. Dropping it instead would let an environment choose which episodes count. What
+the chat template or the tokenizer cannot render (a template that refuses a first
+observation, text it cannot encode) ends that episode alone with a `bad_output` error:
+unplayable when it is the first prompt, scored so far when it is a later turn.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import dataclasses
 from collections.abc import Hashable, Sequence
 
 from spade_jax.engine.api import Request, SamplingParams
+from spade_jax.sandbox.contract import RETURN_RANGE_ERROR
 from spade_jax.selfplay import prompts, replies
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.timing import Timings
@@ -141,17 +147,26 @@ class _Runner:
       ep.tools = rec.info.get("tools") or None
       ep.messages = prompts.agent_messages(rec.observation, self.settings.action_format,
                                            ep.spec.hint, tools=ep.tools is not None)
-      ids = self.formatter.prompt_ids(ep.messages, tools=ep.tools)
+      try:
+        ids = self.formatter.prompt_ids(ep.messages, tools=ep.tools)
+      except Exception as exc:  # the environment's text: this episode's failure alone
+        self._not_played(ep, "bad_output", f"the first prompt cannot be rendered: "
+                         f"{type(exc).__name__}: {exc}"[:500])
+        continue
       limit = self.settings.max_prompt_tokens
       if limit is not None and len(ids) > limit:
-        ep.error_kind, ep.unplayable = "prompt_too_long", True
-        ep.error_detail = f"first prompt of {len(ids)} tokens > {limit} the engine's cache allows"
-        with self.timings.phase("sandbox_s"):
-          self.pool.close_episodes([ep.spec.key])
+        self._not_played(ep, "prompt_too_long",
+                         f"first prompt of {len(ids)} tokens > {limit} the engine's cache allows")
         continue
       ep.append(ids, sampled=False)
       self.live[self._cid(ep)] = ep
       self._submit(ep, ids)
+
+  def _not_played(self, ep: Episode, kind: str, detail: str) -> None:
+    """The episode is unplayable (never scored): its first prompt cannot be sent."""
+    ep.error_kind, ep.error_detail, ep.unplayable = kind, detail, True
+    with self.timings.phase("sandbox_s"):
+      self.pool.close_episodes([ep.spec.key])
 
   def _continue(self, ep: Episode, new_messages: list[dict]) -> None:
     """Ends the episode at the turn cap, else sends the environment's turns and asks again."""
@@ -161,7 +176,13 @@ class _Runner:
       self._finish(ep, close=True)
       return
     reply = ep.tokens[-1:] if ep.loss_mask[-1:] == [1] else []
-    ids = self.formatter.turn_ids(new_messages, reply)
+    try:
+      ids = self.formatter.turn_ids(new_messages, reply)
+    except Exception as exc:  # the environment's text: this episode's failure alone
+      detail = f"the environment's turn cannot be rendered: {type(exc).__name__}: {exc}"
+      ep.error_kind, ep.error_detail = "bad_output", detail[:500]
+      self._finish(ep, close=True)
+      return
     ep.append(ids, sampled=False)
     self._submit(ep, ids)
 
@@ -187,6 +208,8 @@ class _Runner:
     if rec.error_kind is not None:
       ep.dropped = rec.infra_error
       ep.error_kind, ep.error_detail = rec.error_kind, rec.error_detail
+      if rec.error_detail.startswith(RETURN_RANGE_ERROR):
+        ep.rewards = [0.0] * len(ep.rewards)
     else:
       ep.messages.extend(new_messages)
       ep.terminated, ep.truncated = rec.terminated, rec.truncated
