@@ -229,9 +229,10 @@ class SlotConversationEngine:
             (slot, turn, conv, chunk))
       pending = []
       for group in by_bucket.values():  # distinct slots, so at most num_slots rows
-        # Calls of exactly a row bucket each (9 rows -> 4 + 4 + 1): no padded rows.
+        # Calls of exactly a row bucket each (9 rows -> 4 + 4 + 1): no padded rows, but for
+        # a last group below the smallest bucket (the mesh's batch shards).
         while group:
-          rows = max(b for b in self.engine.row_buckets if b <= len(group))
+          rows = max((b for b in self.engine.row_buckets if b <= len(group)), default=len(group))
           pending += self._append_group(group[:rows])
           group = group[rows:]
 

@@ -7,7 +7,8 @@
 
 `append` is the multi-turn extension: a conversation's next turn is prefilled at the end of
 its own cache row. Prompt lengths are padded to `prefill_buckets` and prefill batch sizes
-to powers of four, so a handful of shapes are compiled once. The decode state is donated to
+to powers of four (rounded up to a multiple of the mesh's batch shards, `state.row_buckets`),
+so a handful of shapes are compiled once. The decode state is donated to
 every call and updated in place; `generate` runs its block of steps in a `lax.while_loop`
 that exits early once no slot is alive, so one host round trip covers many tokens.
 
@@ -53,7 +54,7 @@ from spade_jax.model.kv_cache import (
   stacked,
   write_entries,
 )
-from spade_jax.model.sharding import host_get
+from spade_jax.model.sharding import batch_shards, host_get
 
 
 def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, rows: Rows = None,
@@ -229,7 +230,6 @@ class SlotEngine:
     self.num_slots = num_slots
     self.max_cache_len = max_cache_len
     self.prefill_buckets = tuple(sorted(set(int(b) for b in prefill_buckets)))
-    self.row_buckets = row_buckets(num_slots)
     self.decode_steps = decode_steps
     self.max_stop_ids = max_stop_ids
     self.cache_dtype = jnp.dtype(cache_dtype or self.cfg.compute_dtype)
@@ -238,6 +238,7 @@ class SlotEngine:
       sharding = getattr(jax.tree.leaves(self.params)[0], "sharding", None)
       mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
     self.mesh = mesh
+    self.row_buckets = row_buckets(num_slots, batch_shards(mesh))
     # Decode windows (one compile each): slot counts and cache lengths; the full size last.
     full = max_cache_len + self.max_chunk
     self.decode_widths = _buckets(decode_widths, num_slots,

@@ -84,15 +84,17 @@ def pick_bucket(n: int, buckets: Sequence[int]) -> int:
   raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
 
 
-def row_buckets(max_rows: int) -> tuple[int, ...]:
-  """Powers of four below max_rows, then max_rows: batch sizes of prefill calls (at most 4x
-  padding, few compiles)."""
-  out = []
+def row_buckets(max_rows: int, multiple_of: int = 1) -> tuple[int, ...]:
+  """Powers of four below max_rows, then max_rows, each rounded up to a multiple of
+  `multiple_of`: batch sizes of prefill calls (at most 4x padding, few compiles). With the
+  mesh's batch shards as `multiple_of`, a call's rows split evenly over the chips instead of
+  every chip computing all of them (the padding rows write nowhere)."""
+  sizes = []
   b = 1
   while b < max_rows:
-    out.append(b)
+    sizes.append(b)
     b *= 4
-  return tuple(out) + (max_rows,)
+  return tuple(sorted({-(-n // multiple_of) * multiple_of for n in (*sizes, max_rows)}))
 
 
 def _map_layout(state: DecodeState, fn) -> DecodeState:

@@ -20,10 +20,13 @@ from spade_jax.model.kv_cache import (
   write_entries,
 )
 from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
+from spade_jax.model.platform import current_platform
 
 # Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
 # instead of NaNs; its output is never used.
 _MASKED = float(jnp.finfo(jnp.float32).min)
+QUERY_BLOCK = 512  # queries per block of blocked_cached_attention
+KEY_BLOCK = 512  # keys per step of its online softmax
 
 
 def dot_product_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
@@ -62,6 +65,71 @@ def _einsum_attention(q, k, v, mask, scale, k_spec: str, v_spec: str):
   probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
   out = jnp.einsum(f"bktgs,{v_spec}->bktgh", probs, v)  # [B, K, T, G, Hd]
   return out.swapaxes(1, 2).reshape(b, t, n, hd)
+
+
+def blocked_cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array,
+                             scale: float, query_block: int = QUERY_BLOCK,
+                             key_block: int = KEY_BLOCK) -> jax.Array:
+  """cached_attention over keys in the accelerator layout (k, v [B, K, S, Hd]) with at most
+  one [query_block, key_block] fp32 score tile per (row, head) live, not [T, S].
+
+  The form multi-token appends take on TPU, where the [B, K, T, G, S] fp32 scores of the
+  einsum dominated the append's memory. Blocks of queries run one after another (lax.map),
+  each an online softmax (flash attention's running max and sum) over steps of keys
+  (lax.fori_loop). T and S are padded to whole blocks: pad queries are dropped, pad keys
+  masked. Equal to cached_attention up to rounding for every query with a visible key.
+  """
+  b, t, n, hd = q.shape
+  kv_heads, s = k.shape[1], k.shape[2]
+  tq, tk = min(query_block, t), min(key_block, s)
+  t_pad, s_pad = -(-t // tq) * tq, -(-s // tk) * tk
+  qg = _pad_to(q, 1, t_pad).reshape(b, t_pad, kv_heads, n // kv_heads, hd).swapaxes(1, 2)
+  k, v = _pad_to(k, 2, s_pad), _pad_to(v, 2, s_pad)  # [B, K, S', Hd]
+  mask = _pad_to(_pad_to(mask, 1, t_pad), 2, s_pad)  # [B, T', S'], pads not visible
+
+  def query_rows(i):  # -> [B, K, tq, G, Hd]
+    qi = jax.lax.dynamic_slice_in_dim(qg, i * tq, tq, axis=2)  # [B, K, tq, G, Hd]
+    mi = jax.lax.dynamic_slice_in_dim(mask, i * tq, tq, axis=1)  # [B, tq, S']
+    init = (jnp.full(qi.shape[:-1], -jnp.inf, jnp.float32),
+            jnp.zeros(qi.shape[:-1], jnp.float32), jnp.zeros(qi.shape, jnp.float32))
+    _, total, acc = jax.lax.fori_loop(
+        0, s_pad // tk, lambda j, carry: _key_step(qi, k, v, mi, scale, j * tk, tk, carry), init)
+    return (acc / total[..., None]).astype(v.dtype)
+
+  out = jax.lax.map(query_rows, jnp.arange(t_pad // tq))  # [T'/tq, B, K, tq, G, Hd]
+  out = out.transpose(1, 0, 3, 2, 4, 5).reshape(b, t_pad, n, hd)
+  return out[:, :t]
+
+
+def _key_step(q, k, v, mask, scale, start, size, carry):
+  """One online-softmax step over keys [start, start + size): q [B, K, tq, G, Hd]; k, v
+  [B, K, S, Hd]; mask [B, tq, S]; carry (running max, running sum [B, K, tq, G], weighted
+  values [B, K, tq, G, Hd]) in fp32."""
+  top, total, acc = carry
+  kj = jax.lax.dynamic_slice_in_dim(k, start, size, axis=2)  # [B, K, size, Hd]
+  vj = jax.lax.dynamic_slice_in_dim(v, start, size, axis=2)
+  mj = jax.lax.dynamic_slice_in_dim(mask, start, size, axis=2)  # [B, tq, size]
+  scores = jnp.einsum("bktgh,bksh->bktgs", q, kj, preferred_element_type=jnp.float32) * scale
+  scores = jnp.where(mj[:, None, :, None], scores, _MASKED)  # [B, K, tq, G, size]
+  new_top = jnp.maximum(top, scores.max(axis=-1))
+  probs = jnp.exp(scores - new_top[..., None])
+  decay = jnp.exp(top - new_top)  # 0 at the first step (top = -inf)
+  acc = acc * decay[..., None] + jnp.einsum("bktgs,bksh->bktgh", probs.astype(v.dtype), vj,
+                                            preferred_element_type=jnp.float32)
+  return new_top, total * decay + probs.sum(axis=-1), acc
+
+
+def _pad_to(x: jax.Array, axis: int, size: int) -> jax.Array:
+  """x zero- (False-) padded at the end of `axis` to `size`."""
+  pad = [(0, 0)] * x.ndim
+  pad[axis] = (0, size - x.shape[axis])
+  return jnp.pad(x, pad)
+
+
+def _cached_form(t: int):
+  """The einsum over the whole window, except on TPU for T > 1 queries (prefill, append):
+  there the blocked form, which never holds T x S scores."""
+  return blocked_cached_attention if t > 1 and current_platform() == "tpu" else cached_attention
 
 
 class Attention(nnx.Module):
@@ -116,7 +184,7 @@ class Attention(nnx.Module):
                      for b, x in zip(kv, (k_all, v_all), strict=True))
       k = read_window(k_all, rows, read_len, ka).astype(q.dtype)  # cache layout, S entries
       v = read_window(v_all, rows, read_len, V_ENTRY_AXIS).astype(q.dtype)  # [B, K, S, Hd]
-      out = decode_attention(impl, q, k, v, mask, self.scale, fallback=cached_attention)
+      out = decode_attention(impl, q, k, v, mask, self.scale, fallback=_cached_form(q.shape[1]))
     else:  # the kernel chosen by config.model.attention_impl for this platform
       out = self_attention(impl, q, k, v, mask, self.scale)
     return self.o_proj(out), new_kv

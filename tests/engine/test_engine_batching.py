@@ -8,6 +8,8 @@ from flax import nnx
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
 from spade_jax.engine.slot_engine import SlotEngine
+from spade_jax.model import make_mesh
+from spade_jax.model.sharding import state_shardings
 from tests.engine import engine_testlib as lib
 
 TOL = 1e-4  # fp32: cached decode vs one uncached forward
@@ -230,3 +232,27 @@ def test_owned_slots_are_packed_low_and_continue_exactly(model):
   again = run(shared, [Request(c, second[c], params) for c in "cd"])
   assert shared.capacity[0] == 2
   assert {c: [out[c].tokens, again[c].tokens] for c in "cd"} == expected
+
+
+def test_append_rows_pad_to_the_batch_shards_and_the_padding_writes_no_slot(model):
+  """On a (data 2, fsdp 2) mesh the row buckets are multiples of 4, so an append's rows split
+  over the chips: 3 rows run as 4, the padding row naming no slot. Same tokens and log-probs
+  as without a mesh, and only the three slots written."""
+  mesh = make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])
+  graphdef, params = nnx.split(model)
+  sharded = nnx.merge(graphdef, jax.device_put(params, state_shardings(params, mesh)))
+  config = dict(num_slots=6, max_cache_len=64, prefill_buckets=(16,), decode_widths=(),
+                decode_lengths=())
+  plain, split = SlotEngine(model, **config), SlotEngine(sharded, mesh=mesh, **config)
+  assert plain.row_buckets == (1, 4, 6) and split.row_buckets == (4, 8)
+  sp = [SamplingParams(4, temperature=0.0)] * 3
+  chunks = [prompt(5), prompt(9, 1), prompt(3, 2)]
+  out = []
+  for engine in (plain, split):
+    state, tok, lp = engine.append(engine.params, engine.init_decode_state(), [4, 0, 2],
+                                   [0, 0, 0], chunks, sp, [4] * 3)
+    out.append((tok, lp, np.asarray(state.cache.end)))
+  (want_tok, want_lp, want_end), (got_tok, got_lp, got_end) = out
+  assert got_tok.tolist() == want_tok.tolist()
+  np.testing.assert_allclose(got_lp, want_lp, atol=TOL)
+  assert got_end.tolist() == want_end.tolist() == [9, 0, 3, 0, 5, 0]

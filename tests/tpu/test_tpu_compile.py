@@ -6,6 +6,7 @@ full depth (bench/RESULTS.md).
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -83,6 +84,27 @@ def test_the_train_step_gathers_no_vocabulary_table_in_a_loop():
   assert vocab_sized == []
   # What crosses chips inside the chunk loop is [B, C, D]-sized: rows' hidden states.
   assert max(c.bytes for c in report.loop_collectives) < VOCAB * SMALL["hidden_size"] * 2
+
+
+def test_an_append_holds_no_query_by_key_scores_and_splits_its_rows_over_the_chips():
+  """Four designer prompts of a 1,024-token piece appended over 1,536 cache entries on a v5e-8
+  (fsdp 8). Before the blocked cached attention the einsum held fp32 scores [rows, K, T, G, S]
+  and the 4 rows, which 8 chips do not divide, ran whole on every chip: 0.123 GiB of temp a
+  chip at these sizes. Now each chip takes one of 8 rows (4 padding) in 512 x 512 score
+  tiles: 0.006 GiB."""
+  t, s = 1024, 1536
+  experiment = _experiment("games_lora.py", "--config.selfplay.num_envs=4",
+                           "--config.engine.max_cache_len=2048",
+                           f"--config.engine.prefill_buckets=({t},)",
+                           f"--config.engine.decode_lengths=({s},)")
+  report = compile_step_programs(experiment, "v5e-8", model_overrides=dict(SMALL, head_dim=128),
+                                 programs=("prefill_append",))["prefill_append"]
+  hlo = report.program.hlo
+  f32 = {tuple(int(d) for d in dims.split(",")) for dims in re.findall(r"f32\[([\d,]+)\]", hlo)}
+  assert not [shape for shape in f32 if t in shape and s in shape]
+  assert re.search(rf"bf16\[1,{t},{SMALL['hidden_size']}\]", hlo)  # one row's hidden states
+  assert not re.search(rf"\[[48],{t},{SMALL['hidden_size']}\]", hlo)
+  assert report.program.temp < 0.02 * tpu_aot.GIB
 
 
 def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
