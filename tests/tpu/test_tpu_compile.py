@@ -85,6 +85,33 @@ def test_the_train_step_gathers_no_vocabulary_table_in_a_loop():
   assert max(c.bytes for c in report.loop_collectives) < VOCAB * SMALL["hidden_size"] * 2
 
 
+# Heads of 128 (TPU tiles) and enough of them to split over the chips; distinct sizes again.
+TILED = dict(SMALL, hidden_size=512, intermediate_size=1536, num_heads=8, num_kv_heads=4,
+             head_dim=128)
+
+
+@pytest.mark.parametrize(("config", "topology"), [("games_8b.py", "v5p-8"),
+                                                  ("games_lora.py", "v5e-8")])
+def test_the_decode_loop_gathers_no_weight(config, topology):
+  """The engine samples from its own copy of the weights (engine/weights.py), split over
+  the chips on every dimension but the model width: a decode step moves activations only.
+  Sampling from the trainer's FSDP-sharded parameters gathered every weight ([D, F], [V, D],
+  [D, N, Hd], ...) at every step. v5p-8's 4 chips split the 4 kv heads; v5e-8's 8 chips
+  cannot, and split the cache's slots instead."""
+  experiment = _experiment(config, "--config.engine.max_cache_len=1024",
+                           "--config.engine.prefill_buckets=(256,)")
+  report = compile_step_programs(experiment, topology, model_overrides=TILED,
+                                 programs=("decode_block",))["decode_block"]
+  d = TILED["hidden_size"]
+  others = {TILED["intermediate_size"], VOCAB, TILED["num_heads"], TILED["num_kv_heads"],
+            TILED["head_dim"]}
+  weight_shaped = [c for c in report.loop_collectives if c.op == "all-gather"
+                   and any(d in shape and others & set(shape) for shape in c.shapes)]
+  assert weight_shaped == []
+  assert report.loop_collectives  # the reductions of the split matmuls' outputs
+  assert max(c.bytes for c in report.loop_collectives) < d * TILED["intermediate_size"] * 2
+
+
 def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
   env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
   env.pop("JAX_PLATFORMS", None)  # the command keeps the CPU itself on a host without chips
@@ -96,12 +123,13 @@ def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary["topology"] == "v5e-1" and summary["hbm_gib"] == 16 and summary["fits"]
-  assert set(summary["programs"]) == {"train_step", "decode_block", "prefill_append"}
+  assert set(summary["programs"]) == {"train_step", "decode_block", "prefill_append",
+                                      "reshard"}
   for figures in summary["programs"].values():
     assert {"peak_gib", "temp_gib", "argument_gib", "compile_s"} <= set(figures)
     assert figures["peak_gib"] > 0
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      "decode_block.hlo.txt", "prefill_append.hlo.txt", "train_step.hlo.txt"]
+      "decode_block.hlo.txt", "prefill_append.hlo.txt", "reshard.hlo.txt", "train_step.hlo.txt"]
   assert "compiled for v5e-1 by XLA's TPU compiler" in proc.stdout
 
 
