@@ -5,10 +5,10 @@ r"""Memory and throughput plan of a run, per chip, before any chip is rented.
 
 Prints per chip: parameters, optimiser state, the frozen reference, gradients, the
 activations of one training micro-batch with and without rematerialisation, the engine's KV
-cache, their sum against the chip's HBM; and the FLOPs of one step (rollout and training
-tokens) with the ideal step time at the given MFU. The model is built abstractly
-(`nnx.eval_shape`): nothing is allocated, so it runs in seconds on any machine. The
-formulas are in docs/plan.md; tests/test_plan.py checks the training part against XLA's
+cache and its copy of the weights, their sum against the chip's HBM; and the FLOPs of one
+step (rollout and training tokens) with the ideal step time at the given MFU. The model is
+built abstractly (`nnx.eval_shape`): nothing is allocated, so it runs in seconds on any
+machine. The formulas are in docs/plan.md; tests/test_plan.py checks the training part against XLA's
 `memory_analysis()` of the compiled step. With `--compile`, every program of a step is also
 compiled for the slice by XLA's TPU compiler without the chips (spade_jax/plan_compile.py):
 per program its argument / temporary / output memory per chip, its peak beside what stays
@@ -218,10 +218,12 @@ class Plan:
   peak_flops: float
   lora_rank: int = 0
   trained: int = 0  # parameters the optimiser updates
+  engine_weights: int = 0  # the engine's copy of the parameters (engine/weights.py)
 
   def total(self, remat: bool) -> int:
     acts = self.train.activations_remat if remat else self.train.activations
-    return self.train.total - self.train.activations + acts + self.kv_cache
+    return (self.train.total - self.train.activations + acts + self.kv_cache
+            + self.engine_weights)
 
   def step_time(self, mfu: float) -> float:
     return (self.rollout_flops + self.train_flops) / (self.chips * self.peak_flops * mfu)
@@ -251,11 +253,15 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
                        beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
                        logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None,
                        platform="tpu")
-  kv_shards = dp * min(mesh.get("tensor", 1), cfg.num_kv_heads)
+  replicas = mesh.get("data", 1)
+  kv_shards = kv_cache_shards(experiment.engine.num_slots, cfg.num_kv_heads, replicas,
+                              chips // replicas)
   # Every slot holds the longest row plus room for one more prefill piece (engine/slot_engine).
   entries = t + experiment.engine.prefill_buckets[-1]
   kv = (experiment.engine.num_slots * entries * cfg.num_layers * 2 * cfg.num_kv_heads
         * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
+  # The engine's copy: the compute dtype where narrower, split over a replica's chips.
+  copy = min(_bytes(cfg.param_dtype), _bytes(cfg.compute_dtype))
 
   _, active = parameter_counts(cfg)
   episodes = s.num_envs * 2 * s.group_size
@@ -269,7 +275,17 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
               kv_cache=kv,
               rollout_flops=(agent_tokens + designer_tokens) * per_token,
               train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops,
-              lora_rank=cfg.lora_rank, trained=trained_count(cfg))
+              lora_rank=cfg.lora_rank, trained=trained_count(cfg),
+              engine_weights=parameter_counts(cfg)[0] * copy // (chips // replicas))
+
+
+def kv_cache_shards(slots: int, kv_heads: int, replicas: int, model: int) -> int:
+  """Ways the engine's KV cache splits (sharding.INFERENCE_RULES): its kv heads over the
+  `model` chips of a replica where they divide them, its slots over the replicas and, when
+  the heads do not split, over the model chips too (each where it divides the slots)."""
+  heads = model if kv_heads % model == 0 else 1
+  rows = replicas * model // heads
+  return heads * (rows if slots % rows == 0 else replicas if slots % replicas == 0 else 1)
 
 
 def report(plan: Plan, name: str, mfu: float) -> str:
@@ -286,7 +302,8 @@ def report(plan: Plan, name: str, mfu: float) -> str:
            f"  training batch          {g(plan.train.batch)}",
            f"  activations, no remat   {g(plan.train.activations)}",
            f"  activations, remat      {g(plan.train.activations_remat)}",
-           f"  engine KV cache         {g(plan.kv_cache)}"]
+           f"  engine KV cache         {g(plan.kv_cache)}",
+           f"  engine weights copy     {g(plan.engine_weights)}"]
   for remat in (False, True):
     need = plan.total(remat)
     verdict = "fits" if need <= plan.hbm_bytes else "does NOT fit"

@@ -2,7 +2,8 @@
 
 `python -m spade_jax.plan --config C --topology T --compile` calls `compile_step_programs`:
 the GRPO train step at the config's largest micro-batch shape, the engine's decode block at
-full capacity and its largest append (the designer prompts' prefill), each lowered on
+full capacity, its largest append (the designer prompts' prefill) and the copy of the
+trainer's parameters into the engine's weights (`reshard`), each lowered on
 abstract arguments (`jax.ShapeDtypeStruct`s sharded over a mesh of the slice's deviceless
 TPU devices, spade_jax.tpu_aot) and compiled by XLA's TPU compiler. Nothing is allocated;
 what comes back is the compiler's own per-chip memory and HLO.
@@ -44,12 +45,17 @@ class ProgramReport:
   def need(self) -> int:
     return self.program.peak + self.resident
 
+  @property
+  def moved(self) -> int:
+    """Bytes per chip of every collective's result, each run once (loops counted once)."""
+    return sum(c.bytes for c in tpu_aot.collectives(self.program.hlo))
+
   def summary(self) -> dict[str, float]:
     p, g = self.program, tpu_aot.GIB
     return {"peak_gib": round(p.peak / g, 3), "temp_gib": round(p.temp / g, 3),
             "argument_gib": round(p.argument / g, 3), "output_gib": round(p.output / g, 3),
             "resident_gib": round(self.resident / g, 3), "compile_s": round(p.compile_s, 1),
-            "refused": p.refused}
+            "collective_gib": round(self.moved / g, 3), "refused": p.refused}
 
 
 def abstract_model(cfg: ModelConfig, mesh) -> Qwen3:
@@ -94,22 +100,22 @@ def train_step_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callab
 
 
 def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
-  """(graphdef, abstract params, abstract full-capacity decode state, a SlotEngine for its
-  buckets) as the engine sees them: the trainer's parameters, sharded the same way."""
-  model = abstract_model(cfg, mesh)
+  """(graphdef, abstract weights copy, abstract full-capacity decode state, a SlotEngine for
+  its buckets) as the engine holds them: its own copy of the trainer's parameters, in the
+  compute dtype and the inference layout (engine/weights.py)."""
   e = experiment.engine
-  engine = slot_engine.SlotEngine(model, num_slots=e.num_slots, max_cache_len=e.max_cache_len,
+  engine = slot_engine.SlotEngine(abstract_model(cfg, mesh), num_slots=e.num_slots,
+                                  max_cache_len=e.max_cache_len,
                                   prefill_buckets=e.prefill_buckets,
                                   decode_steps=e.decode_steps_per_poll, mesh=mesh,
                                   decode_widths=e.decode_widths,
                                   decode_lengths=e.decode_lengths)
-  graphdef, params = nnx.split(model)
   with jax.set_mesh(mesh):
     state = jax.eval_shape(lambda: init_decode_state(
         cfg, engine.decode_widths[-1], engine.decode_lengths[-1], engine.max_stop_ids,
         engine.cache_dtype))
     state = tpu_aot.shaped(state, state_shardings(state, mesh))
-  return graphdef, params, state, engine
+  return engine.graphdef, engine.params, state, engine
 
 
 def decode_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
@@ -144,22 +150,41 @@ def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[
   return compile_it
 
 
+def reshard_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
+  """A thunk compiling the engine's copy of all the trainer's parameters (cast to the compute
+  dtype and resharded to the inference layout: `EngineWeights.program`), as every update
+  runs it with full weights and the first one with LoRA (later ones copy the adapters
+  alone)."""
+  engine = _engine_inputs(experiment, cfg, mesh)[3]
+  params = nnx.state(abstract_model(cfg, mesh))
+
+  def compile_it():
+    with jax.set_mesh(mesh):
+      return engine.weights.program(params).lower(params).compile()
+  return compile_it
+
+
 PROGRAMS: dict[str, Callable[..., Callable[[], Any]]] = {
     "train_step": train_step_program,
     "decode_block": decode_program,
     "prefill_append": prefill_program,
+    "reshard": reshard_program,
 }
 
 
 def resident_bytes(experiment: Experiment, cfg: ModelConfig, mesh) -> dict[str, int]:
   """Per program, the bytes per chip that other programs keep alive beside it: the engine's
-  full-capacity decode state during the train step; the optimiser state and the frozen
-  reference (the parameters are the engine's too) during rollout."""
-  _, params, opt_state, ref, _ = _train_inputs(experiment, cfg, mesh)
-  trainer_only = tpu_aot.per_chip_bytes(opt_state) + tpu_aot.per_chip_bytes(ref)
-  decode_state = tpu_aot.per_chip_bytes(_engine_inputs(experiment, cfg, mesh)[2])
-  return {"train_step": decode_state, "decode_block": trainer_only,
-          "prefill_append": trainer_only}
+  weights copy and full-capacity decode state during the train step; the trainer's
+  parameters, optimiser state and frozen reference during rollout; during the reshard (its
+  arguments are the trainer's parameters, its output the new copy; the engine drops the old
+  copy first) the optimiser state, reference and decode state."""
+  _, params, opt_state, ref, rest = _train_inputs(experiment, cfg, mesh)
+  optimiser = tpu_aot.per_chip_bytes(opt_state) + tpu_aot.per_chip_bytes(ref)
+  trainer = optimiser + tpu_aot.per_chip_bytes(params) + tpu_aot.per_chip_bytes(rest)
+  _, copy, decode_state, _ = _engine_inputs(experiment, cfg, mesh)
+  engine = tpu_aot.per_chip_bytes(copy) + tpu_aot.per_chip_bytes(decode_state)
+  return {"train_step": engine, "decode_block": trainer, "prefill_append": trainer,
+          "reshard": optimiser + tpu_aot.per_chip_bytes(decode_state)}
 
 
 def compile_step_programs(experiment: Experiment, slice_name: str, *,
@@ -210,6 +235,8 @@ def compiled_report(reports: dict[str, ProgramReport], slice_name: str) -> str:
     lines.append(f"  {name:15s} arguments {g(p.argument)}  temp {g(p.temp)}  output "
                  f"{g(p.output - p.alias)}  peak {g(p.peak)} + resident {g(r.resident)} = "
                  f"{g(r.need)} ({verdict}); compiled in {p.compile_s:.0f} s")
+    if not r.loop_collectives:
+      lines.append(f"      collectives: {r.moved / 2**20:.1f} MiB")
     for op, shapes, count, size in _largest(r.loop_collectives):
       lines.append(f"      in loop: {count} x {op} {list(shapes)} ({size / 2**20:.1f} MiB)")
   return "\n".join(lines)

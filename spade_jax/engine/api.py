@@ -62,4 +62,4 @@ class ConversationEngine(Protocol):
     """Frees the conversation's slot and cache."""
 
   def load_weights(self, params) -> None:
-    """Samples from these parameters from now on (no copy when colocated)."""
+    """Samples from these parameters from now on (a model engine through its own copy)."""

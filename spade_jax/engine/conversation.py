@@ -22,7 +22,6 @@ import dataclasses
 import itertools
 from collections.abc import Hashable
 
-import jax
 import numpy as np
 from flax import nnx
 
@@ -65,7 +64,6 @@ class SlotConversationEngine:
                          prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
                          max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,
                          decode_widths=decode_widths, decode_lengths=decode_lengths)
-    self._params = self.engine.params
     self._detokenize = detokenize
     self._state = self.engine.init_decode_state()
     self._owner: list[Hashable | None] = [None] * num_slots
@@ -123,19 +121,9 @@ class SlotConversationEngine:
       self._running.pop(conv.slot, None)
 
   def load_weights(self, params) -> None:
-    """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on.
-    The arrays are used as they are: no copy when they already live on the engine's devices."""
-    if isinstance(params, nnx.Module):
-      params = nnx.state(params)
-    if jax.tree.structure(params) != jax.tree.structure(self._params):
-      raise ValueError("load_weights: parameter tree does not match the engine's model "
-                       f"({jax.tree.structure(params)} vs {jax.tree.structure(self._params)})")
-    for (path, new), old in zip(jax.tree_util.tree_leaves_with_path(params),
-                                jax.tree.leaves(self._params), strict=True):
-      if (new.shape, new.dtype) != (old.shape, old.dtype):
-        raise ValueError(f"load_weights: {jax.tree_util.keystr(path)} is {new.dtype}"
-                         f"{list(new.shape)}, the engine's model has {old.dtype}{list(old.shape)}")
-    self._params = params
+    """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on,
+    through the engine's own copy of them (SlotEngine.load_weights)."""
+    self.engine.load_weights(params)
 
   # --- scheduling ----------------------------------------------------------------------
 
@@ -238,7 +226,7 @@ class SlotConversationEngine:
 
   def _append_group(self, group) -> list[tuple[int, _Turn]]:
     self._state, tok, lp = self.engine.append(
-        self._params, self._state, [g[0] for g in group], [g[2].cached for g in group],
+        self.engine.params, self._state, [g[0] for g in group], [g[2].cached for g in group],
         [g[3] for g in group], [g[1].request.params for g in group], [g[1].limit for g in group])
     unfinished = []
     for (slot, turn, conv, chunk), t, logprob in zip(group, tok, lp, strict=True):
@@ -258,7 +246,7 @@ class SlotConversationEngine:
     # Cache end of a decoding slot: its cached conversation plus the reply fed so far.
     max_end = max(self._convs[t.request.conversation_id].cached + len(t.tokens) - 1
                   for t in self._running.values())
-    self._state, block = self.engine.generate(self._params, self._state, active, max_end)
+    self._state, block = self.engine.generate(self.engine.params, self._state, active, max_end)
     for slot in list(self._running):
       turn = self._running[slot]
       valid = block.valid[slot]

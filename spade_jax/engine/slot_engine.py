@@ -44,6 +44,7 @@ from spade_jax.engine.state import (
   row_buckets,
   state_shardings,
 )
+from spade_jax.engine.weights import EngineWeights
 from spade_jax.model import KVCache
 from spade_jax.model.kv_cache import (
   V_ENTRY_AXIS,
@@ -54,7 +55,17 @@ from spade_jax.model.kv_cache import (
   stacked,
   write_entries,
 )
-from spade_jax.model.sharding import batch_shards, host_get
+from spade_jax.model.sharding import INFERENCE_RULES, batch_shards, host_get, use_rules
+
+
+def _inference(fn):
+  """`fn` traced under the engine's sharding rules (sharding.INFERENCE_RULES), those of the
+  weights copy and the decode state."""
+  @functools.wraps(fn)
+  def traced(*args, **kwargs):
+    with use_rules(INFERENCE_RULES):
+      return fn(*args, **kwargs)
+  return traced
 
 
 def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, rows: Rows = None,
@@ -76,6 +87,7 @@ def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, r
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "cache_dtype"))
+@_inference
 def _prefill(graphdef, params, tokens, lengths, sp, cache_dtype):
   cfg = nnx.merge(graphdef, params).cfg
   cache = KVCache.init(cfg, tokens.shape[0], tokens.shape[1], cache_dtype)
@@ -116,6 +128,7 @@ def _insert(prefix: Prefix, state: DecodeState, slots) -> DecodeState:
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "length"), donate_argnames=("state",))
+@_inference
 def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths, sp,
             length: int):
   """Runs the chunks on the first `length` entries of the slots' rows (length >= every
@@ -130,6 +143,7 @@ def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "num_steps"),
                    donate_argnames=("state",))
+@_inference
 def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
   """num_steps decode steps for every row of the state (the cache is read whole and updated
   in place). Returns the state and tokens, logprobs, valid [rows, N]."""
@@ -233,17 +247,31 @@ class SlotEngine:
     self.decode_steps = decode_steps
     self.max_stop_ids = max_stop_ids
     self.cache_dtype = jnp.dtype(cache_dtype or self.cfg.compute_dtype)
-    self.graphdef, self.params = nnx.split(model)
+    self.graphdef, params = nnx.split(model)
     if mesh is None:  # a model placed on a mesh brings its mesh
-      sharding = getattr(jax.tree.leaves(self.params)[0], "sharding", None)
+      sharding = getattr(jax.tree.leaves(params)[0], "sharding", None)
       mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
     self.mesh = mesh
-    self.row_buckets = row_buckets(num_slots, batch_shards(mesh))
+    with use_rules(INFERENCE_RULES):  # the rows' split in the engine's programs
+      self.row_buckets = row_buckets(num_slots, batch_shards(mesh))
+    self.weights = EngineWeights(params, self.cfg, mesh)
+    abstract = isinstance(jax.tree.leaves(params)[0], jax.ShapeDtypeStruct)
+    # The weights every call samples from: the engine's copy (engine/weights.py).
+    self.params = self.weights.abstract() if abstract else self.weights.load(params)
     # Decode windows (one compile each): slot counts and cache lengths; the full size last.
     full = max_cache_len + self.max_chunk
     self.decode_widths = _buckets(decode_widths, num_slots,
                                   [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
     self.decode_lengths = _buckets(decode_lengths, full, _geometric_lengths(full))
+
+  def load_weights(self, params) -> None:
+    """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on:
+    `self.params` becomes their copy in the engine's dtype and layout (EngineWeights)."""
+    if isinstance(params, nnx.Module):
+      params = nnx.state(params)
+    self.weights.check(params)
+    self.params = None  # the old copy's memory is free for the new one
+    self.params = self.weights.load(params)
 
   @property
   def max_chunk(self) -> int:

@@ -19,6 +19,7 @@ from jax.sharding import NamedSharding
 from spade_jax.engine.api import SamplingParams
 from spade_jax.model import KVCache, constrain, logical_to_spec
 from spade_jax.model.kv_cache import map_with_axes
+from spade_jax.model.sharding import INFERENCE_RULES
 
 
 @jax.tree_util.register_dataclass
@@ -98,8 +99,8 @@ def row_buckets(max_rows: int, multiple_of: int = 1) -> tuple[int, ...]:
 
 
 def _map_layout(state: DecodeState, fn) -> DecodeState:
-  """Applies fn(x, logical axes) to every leaf: slots over the batch axes, kv heads over
-  tensor (model.sharding's KV cache rule), everything else replicated."""
+  """Applies fn(x, logical axes) to every leaf: the KV cache as kv_cache.map_with_axes names
+  it, every other leaf's rows ("batch") first."""
   rows = lambda x: fn(x, ("batch",) + (None,) * (x.ndim - 1))
   return DecodeState(cache=map_with_axes(state.cache, fn), token=rows(state.token),
                      count=rows(state.count),
@@ -107,14 +108,16 @@ def _map_layout(state: DecodeState, fn) -> DecodeState:
 
 
 def constrain_state(state: DecodeState) -> DecodeState:
-  """Pins the decode state's layout inside jit under the active mesh (no-op without one)."""
-  return _map_layout(state, constrain)
+  """Pins the decode state's layout inside jit under the active mesh (no-op without one), by
+  the engine's rules (INFERENCE_RULES: kv heads split as the weights' heads, slots over what
+  they leave; the other rows over data)."""
+  return _map_layout(state, lambda x, axes: constrain(x, axes, INFERENCE_RULES))
 
 
 def state_shardings(state: DecodeState, mesh) -> DecodeState:
   """NamedShardings of the decode state on `mesh` (same layout as constrain_state)."""
   return _map_layout(state, lambda x, axes: NamedSharding(
-      mesh, logical_to_spec(axes, x.shape, mesh)))
+      mesh, logical_to_spec(axes, x.shape, mesh, INFERENCE_RULES)))
 
 
 def init_decode_state(cfg, num_slots: int, cache_len: int, max_stop_ids: int,

@@ -21,6 +21,12 @@ from spade_jax.model.kv_cache import (
 )
 from spade_jax.model.layers import Einsum, RMSNorm, apply_rope
 from spade_jax.model.platform import current_platform
+from spade_jax.model.sharding import constrain
+
+# Queries and attention outputs [B, T, N, Hd] with a cache: where the engine's kv heads do
+# not split over the chips its cache splits by slots, and without these constraints XLA
+# gathered the query and output projections' weights rather than move the activations.
+_HEADS = ("batch", "length", "q_heads", "head_dim")
 
 # Finite "minus infinity": a query with no visible key (a padding token) gets uniform weights
 # instead of NaNs; its output is never used.
@@ -169,7 +175,10 @@ class Attention(nnx.Module):
     another layout at every layer.
     Returns the block output [B, T, D] and the updated (k, v) or None.
     """
-    q = apply_rope(self.q_norm(self.q_proj(x)), cos, sin)  # [B, T, N, Hd]
+    q = self.q_proj(x)  # [B, T, N, Hd]
+    if kv is not None:  # split as the weights' heads, whichever way the cache is split
+      q = constrain(q, _HEADS)
+    q = apply_rope(self.q_norm(q), cos, sin)
     k = apply_rope(self.k_norm(self.k_proj(x)), cos, sin)  # [B, T, K, Hd]
     v = self.v_proj(x)  # [B, T, K, Hd]
     new_kv = None
@@ -184,7 +193,8 @@ class Attention(nnx.Module):
                      for b, x in zip(kv, (k_all, v_all), strict=True))
       k = read_window(k_all, rows, read_len, ka).astype(q.dtype)  # cache layout, S entries
       v = read_window(v_all, rows, read_len, V_ENTRY_AXIS).astype(q.dtype)  # [B, K, S, Hd]
-      out = decode_attention(impl, q, k, v, mask, self.scale, fallback=_cached_form(q.shape[1]))
+      out = constrain(decode_attention(impl, q, k, v, mask, self.scale,
+                                       fallback=_cached_form(q.shape[1])), _HEADS)
     else:  # the kernel chosen by config.model.attention_impl for this platform
       out = self_attention(impl, q, k, v, mask, self.scale)
     return self.o_proj(out), new_kv

@@ -243,15 +243,15 @@ def _dot_product(q, k, v, mask, scale, impl):
 
 def _sharded_over_rows(fn, layouts: tuple[str, ...], out_layout: str, *args):
   """fn(*args) per device shard under an active mesh, else once. Each layout string names an
-  array's axes: "b" rows (over the batch axes), "h" kv heads, or query heads grouped by kv
-  head (over tensor), "." whole; args[1] holds the kv heads. A Pallas call is not
+  array's axes: "b" rows, "h" kv heads or query heads grouped by kv head, both split as the
+  KV cache's (kv_cache.map_with_axes), "." whole; args[1] holds the kv heads. A Pallas call is not
   partitioned by the compiler, so it runs inside shard_map."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty or mesh.size == 1:
     return fn(*args)
   rows, kv_heads = args[0].shape[0], args[1].shape[layouts[1].index("h")]
-  axes = {"b": logical_to_spec(("batch",), (rows,), mesh)[0],
-          "h": logical_to_spec(("kv_heads",), (kv_heads,), mesh)[0]}
+  b, h = logical_to_spec(("slots", "kv_heads"), (rows, kv_heads), mesh)  # as the KV cache
+  axes = {"b": b, "h": h}
   spec = lambda layout: jax.sharding.PartitionSpec(*(axes.get(c) for c in layout))
   return jax.shard_map(fn, in_specs=tuple(spec(layout) for layout in layouts),
                        out_specs=spec(out_layout), check_vma=False)(*args)

@@ -74,7 +74,7 @@ class KVCache:
 
 Rows = jax.Array | None  # cache rows a call uses: None = all, else an index per input row
 V_ENTRY_AXIS = 2  # entries axis of one layer's value buffer [B, K, S, Hd]
-_V_AXES = ("batch", "kv_heads", "length", "head_dim")
+_V_AXES = ("slots", "kv_heads", "length", "head_dim")
 
 
 def stacked(axis: int) -> int:
@@ -91,13 +91,14 @@ def key_entry_axis(platform: str | None = None) -> int:
 
 def _key_axes() -> tuple[str, ...]:
   if key_entry_axis() == 3:
-    return ("batch", "kv_heads", "head_dim", "length")
+    return ("slots", "kv_heads", "head_dim", "length")
   return _V_AXES
 
 
 def map_with_axes(cache: KVCache, fn) -> KVCache:
   """A KVCache of fn(leaf, logical axis names of the leaf): the one place that names the
-  cache's axes, for sharding rules."""
+  cache's axes, for sharding rules. The key and value rows are "slots" (they split over the
+  axes their kv heads leave); positions and ends are small and follow the "batch" rows."""
   return KVCache(k=tuple(fn(x, ("layers", *_key_axes())) for x in cache.k),
                  v=tuple(fn(x, ("layers", *_V_AXES)) for x in cache.v),
                  pos=fn(cache.pos, ("batch", "length")), end=fn(cache.end, ("batch",)))

@@ -1,16 +1,22 @@
 """The one place that maps logical axis names to mesh axes, plus mesh and sharding helpers.
 
-Parameters carry `logical_axes` metadata (see layers.py). `LOGICAL_RULES` turns each name
+Parameters carry `logical_axes` metadata (see layers.py). A rules table turns each name
 into mesh axes; a mesh axis is dropped for a dimension it does not divide (e.g. 2 kv heads
 over tensor=4 stay replicated) or when the mesh lacks it, so any preset runs on any mesh.
-Meshes use Auto axis types: jit + GSPMD propagate shardings, and `constrain` pins the
-activations where it matters (batch over data and fsdp).
+Two tables: `LOGICAL_RULES`, the trainer's (FSDP: weights split on the model dimension,
+rows over data and fsdp), and `INFERENCE_RULES`, the engine's (tensor parallel: weights
+split on every dimension but the model width, rows over data only). `use_rules` picks the
+active one for code traced inside it; the trainer's is the default. Meshes use Auto axis
+types: jit + GSPMD propagate shardings, and `constrain` pins the activations where it
+matters.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -23,9 +29,12 @@ from spade_jax.model.kv_cache import map_with_axes
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
+Rules = Mapping[str, tuple[str, ...] | None]
+
 # logical name -> mesh axes (None = replicated).
 LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
-    "batch": ("data", "fsdp"),  # activations and KV cache rows
+    "batch": ("data", "fsdp"),  # activations
+    "slots": ("data", "fsdp"),  # KV cache rows
     "vocab": ("tensor",),
     # The loss's vocabulary-parallel logits (rl/losses.py): the head split over every chip.
     "vocab_parallel": ("data", "fsdp", "tensor", "expert"),
@@ -40,6 +49,53 @@ LOGICAL_RULES: dict[str, tuple[str, ...] | None] = {
     "length": None,
     "layers": None,  # the leading axis of a group's stacked layers (scanned over)
 }
+
+# The axes that split the model in the engine: every axis but `data`, whose chips hold
+# replicas (each its own rows).
+_MODEL_AXES = ("fsdp", "tensor", "expert")
+
+# The engine's weights copy and decode state (engine/weights.py): every weight split over
+# the model axes on a dimension other than the model width ("embed", whole), so a matmul
+# of replicated activations needs at most a reduction of its output, never a gathered
+# weight; experts split over the chips (expert parallel). Rows split over replicas only.
+INFERENCE_RULES: dict[str, tuple[str, ...] | None] = {
+    "batch": ("data",),
+    "slots": ("data", *_MODEL_AXES),  # what the kv heads leave (see `logical_to_spec`)
+    "vocab": _MODEL_AXES,
+    "vocab_parallel": _MODEL_AXES,
+    "embed": None,
+    "q_heads": _MODEL_AXES,
+    "kv_heads": _MODEL_AXES,
+    "head_dim": None,
+    "mlp": _MODEL_AXES,
+    "expert": ("expert", "fsdp", "tensor"),
+    "expert_logits": None,
+    "norm": None,
+    "length": None,
+    "layers": None,
+}
+
+# Dimensions that take their mesh axes after the others of the same value: a KV cache's
+# rows, so its kv heads split as the attention heads do and the rows take the axes left.
+_CLAIM_LAST = ("slots",)
+
+_ACTIVE_RULES: contextvars.ContextVar[Rules] = contextvars.ContextVar("rules",
+                                                                      default=LOGICAL_RULES)
+
+
+@contextlib.contextmanager
+def use_rules(rules: Rules) -> Iterator[None]:
+  """Makes `rules` the table of every sharding helper called inside (e.g. while tracing)."""
+  token = _ACTIVE_RULES.set(rules)
+  try:
+    yield
+  finally:
+    _ACTIVE_RULES.reset(token)
+
+
+def active_rules() -> Rules:
+  """The rules table in effect: `use_rules`'s, else LOGICAL_RULES."""
+  return _ACTIVE_RULES.get()
 
 
 def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None = None) -> Mesh:
@@ -68,32 +124,36 @@ def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None 
 
 
 def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int],
-                    mesh: Mesh | AbstractMesh) -> PartitionSpec:
-  """PartitionSpec for a value of `shape` whose dimensions have logical names `axes`."""
+                    mesh: Mesh | AbstractMesh, rules: Rules | None = None) -> PartitionSpec:
+  """PartitionSpec for a value of `shape` whose dimensions have logical names `axes`, by
+  `rules` (default: the active table). Each dimension takes its rule's axes that divide it
+  and no earlier dimension took; "slots" dimensions choose last."""
   if len(axes) != len(shape):
     raise ValueError(f"logical axes {tuple(axes)} do not match shape {tuple(shape)}")
+  rules = active_rules() if rules is None else rules
   used: set[str] = set()
-  spec = []
-  for name, dim in zip(axes, shape, strict=True):
-    if name is not None and name not in LOGICAL_RULES:
-      raise KeyError(f"logical axis {name!r} has no rule in sharding.LOGICAL_RULES")
+  spec: list[Any] = [None] * len(axes)
+  for i in sorted(range(len(axes)), key=lambda i: axes[i] in _CLAIM_LAST):
+    name, dim = axes[i], shape[i]
+    if name is not None and name not in rules:
+      raise KeyError(f"logical axis {name!r} has no rule in the sharding rules table")
     picked: list[str] = []
-    for axis in (LOGICAL_RULES[name] or ()) if name is not None else ():
+    for axis in (rules[name] or ()) if name is not None else ():
       size = mesh.shape.get(axis, 1)
       split = size * math.prod(mesh.shape[a] for a in picked)
       if size > 1 and axis not in used and dim % split == 0:
         picked.append(axis)
     used.update(picked)
-    spec.append(tuple(picked) if len(picked) > 1 else (picked[0] if picked else None))
+    spec[i] = tuple(picked) if len(picked) > 1 else (picked[0] if picked else None)
   return PartitionSpec(*spec)
 
 
 def batch_shards(mesh: Mesh | AbstractMesh | None) -> int:
-  """How many ways batch rows are split on `mesh` (the sizes of LOGICAL_RULES["batch"]'s
+  """How many ways batch rows are split on `mesh` (the sizes of the active rules' "batch"
   axes multiplied); a micro-batch's rows must be a multiple of it."""
   if mesh is None:
     return 1
-  return math.prod(mesh.shape.get(axis, 1) for axis in LOGICAL_RULES["batch"] or ())
+  return math.prod(mesh.shape.get(axis, 1) for axis in active_rules()["batch"] or ())
 
 
 def batch_sharding(mesh: Mesh, leading: int = 0) -> NamedSharding:
@@ -109,8 +169,9 @@ def _is_variable(x: Any) -> bool:
   return isinstance(x, nnx.Variable)
 
 
-def state_shardings(state: Any, mesh: Mesh) -> Any:
-  """NamedShardings for an nnx state (or abstract state), same tree structure as `state`.
+def state_shardings(state: Any, mesh: Mesh, rules: Rules | None = None) -> Any:
+  """NamedShardings for an nnx state (or abstract state), same tree structure as `state`,
+  by `rules` (default: the active table).
 
   Variables without `logical_axes` metadata (e.g. RNG state) are replicated.
   """
@@ -119,7 +180,7 @@ def state_shardings(state: Any, mesh: Mesh) -> Any:
       return NamedSharding(mesh, PartitionSpec())
     axes = var.get_metadata().get("logical_axes")
     shape = var.get_value().shape
-    spec = logical_to_spec(axes, shape, mesh) if axes is not None else PartitionSpec()
+    spec = logical_to_spec(axes, shape, mesh, rules) if axes is not None else PartitionSpec()
     return var.replace(NamedSharding(mesh, spec))
   return jax.tree.map(one, state, is_leaf=_is_variable)
 
@@ -158,17 +219,19 @@ def abstract_sharded(factory: Callable[[], nnx.Module], mesh: Mesh) -> nnx.Modul
 
 
 def kv_cache_shardings(cache: Any, mesh: Mesh) -> Any:
-  """NamedShardings for a KVCache: rows over batch axes, kv heads over tensor."""
+  """NamedShardings for a KVCache by the active rules: its kv heads split as the heads,
+  its rows ("slots") over what they leave."""
   return map_with_axes(cache, lambda x, names: NamedSharding(
       mesh, logical_to_spec(names, np.shape(x), mesh)))
 
 
-def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
-  """Sharding constraint for an activation by logical names; a no-op without an active mesh."""
+def constrain(x: jax.Array, axes: Sequence[str | None], rules: Rules | None = None) -> jax.Array:
+  """Sharding constraint for an activation by logical names and `rules` (default: the active
+  table); a no-op without an active mesh."""
   mesh = jax.sharding.get_abstract_mesh()
   if mesh.empty:
     return x
-  return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh))
+  return jax.lax.with_sharding_constraint(x, logical_to_spec(axes, x.shape, mesh, rules))
 
 
 def host_get(tree: Any) -> Any:

@@ -5,10 +5,9 @@
     engine.load_weights(trainer.params)                # before the next rollout
 
 `trainer.policy` is the model it was given: each step writes the new parameters back into
-it (`nnx.update`), so a colocated engine that samples from `trainer.policy` or from
-`trainer.params` uses the same device buffers, never a copy. The update donates the old
-parameter buffers, so anything holding the previous `trainer.params` must take the new
-ones (`engine.load_weights(trainer.params)`) before it samples again.
+it (`nnx.update`). The update donates the old parameter buffers, so anything holding the
+previous `trainer.params` must take the new ones before it uses them again; the engine
+makes its own copy of them at `engine.load_weights(trainer.params)` (engine/weights.py).
 
 The reference policy (only when beta > 0) is a frozen copy of the parameters the Trainer
 was constructed with. To resume, build the same initial model (same checkpoint or seed)

@@ -18,6 +18,7 @@ from spade_jax.model import (
   state_shardings,
 )
 from spade_jax.model.qwen3 import MLP
+from spade_jax.model.sharding import INFERENCE_RULES, use_rules
 from spade_jax.model.testing import random_model
 
 
@@ -48,6 +49,22 @@ def test_logical_to_spec_drops_axes_that_do_not_divide():
                                                                              "tensor")
   with pytest.raises(KeyError, match="no rule"):
     logical_to_spec(("sequence",), (4,), mesh)
+
+
+def test_inference_rules_keep_the_model_width_whole_and_split_kv_heads_before_slots():
+  mesh = make_mesh({"fsdp": 4, "tensor": 2})
+  assert logical_to_spec(("embed", "mlp"), (64, 32), mesh, INFERENCE_RULES) == P(
+      None, ("fsdp", "tensor"))
+  cache = ("layers", "slots", "kv_heads", "length", "head_dim")
+  # 8 kv heads take both model axes, so the slots (no data axis) stay whole ...
+  assert logical_to_spec(cache, (1, 16, 8, 64, 16), mesh, INFERENCE_RULES) == P(
+      None, None, ("fsdp", "tensor"), None, None)
+  # ... 2 take tensor only, and the slots what is left.
+  assert logical_to_spec(cache, (1, 16, 2, 64, 16), mesh, INFERENCE_RULES) == P(
+      None, "fsdp", "tensor", None, None)
+  with use_rules(INFERENCE_RULES):  # the active table for everything traced inside
+    assert logical_to_spec(("batch", "vocab"), (16, 128), mesh) == P(None, ("fsdp", "tensor"))
+  assert logical_to_spec(("batch", "vocab"), (16, 128), mesh) == P("fsdp", "tensor")
 
 
 @pytest.fixture(scope="module")

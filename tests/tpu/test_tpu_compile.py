@@ -86,12 +86,12 @@ def test_the_train_step_gathers_no_vocabulary_table_in_a_loop():
   assert max(c.bytes for c in report.loop_collectives) < VOCAB * SMALL["hidden_size"] * 2
 
 
-def test_an_append_holds_no_query_by_key_scores_and_splits_its_rows_over_the_chips():
+def test_an_append_holds_no_query_by_key_scores():
   """Four designer prompts of a 1,024-token piece appended over 1,536 cache entries on a v5e-8
-  (fsdp 8). Before the blocked cached attention the einsum held fp32 scores [rows, K, T, G, S]
-  and the 4 rows, which 8 chips do not divide, ran whole on every chip: 0.123 GiB of temp a
-  chip at these sizes. Now each chip takes one of 8 rows (4 padding) in 512 x 512 score
-  tiles: 0.006 GiB."""
+  (fsdp 8). Before the blocked cached attention the einsum held fp32 scores [rows, K, T, G, S]:
+  0.123 GiB of temp a chip at these sizes. Now 512 x 512 score tiles, and the rows split
+  only over the data axis (none here: the engine's copy splits the heads instead,
+  sharding.INFERENCE_RULES), so no padding rows are computed."""
   t, s = 1024, 1536
   experiment = _experiment("games_lora.py", "--config.selfplay.num_envs=4",
                            "--config.engine.max_cache_len=2048",
@@ -102,9 +102,36 @@ def test_an_append_holds_no_query_by_key_scores_and_splits_its_rows_over_the_chi
   hlo = report.program.hlo
   f32 = {tuple(int(d) for d in dims.split(",")) for dims in re.findall(r"f32\[([\d,]+)\]", hlo)}
   assert not [shape for shape in f32 if t in shape and s in shape]
-  assert re.search(rf"bf16\[1,{t},{SMALL['hidden_size']}\]", hlo)  # one row's hidden states
-  assert not re.search(rf"\[[48],{t},{SMALL['hidden_size']}\]", hlo)
-  assert report.program.temp < 0.02 * tpu_aot.GIB
+  assert re.search(rf"bf16\[4,{t},{SMALL['hidden_size']}\]", hlo)  # the 4 rows, unpadded
+  assert not re.search(rf"\[8,{t},{SMALL['hidden_size']}\]", hlo)
+  assert report.program.temp < 0.02 * tpu_aot.GIB, report.program.temp
+
+
+# Heads of 128 (TPU tiles) and enough of them to split over the chips; distinct sizes again.
+TILED = dict(SMALL, hidden_size=512, intermediate_size=1536, num_heads=8, num_kv_heads=4,
+             head_dim=128)
+
+
+@pytest.mark.parametrize(("config", "topology"), [("games_8b.py", "v5p-8"),
+                                                  ("games_lora.py", "v5e-8")])
+def test_the_decode_loop_gathers_no_weight(config, topology):
+  """The engine samples from its own copy of the weights (engine/weights.py), split over
+  the chips on every dimension but the model width: a decode step moves activations only.
+  Sampling from the trainer's FSDP-sharded parameters gathered every weight ([D, F], [V, D],
+  [D, N, Hd], ...) at every step. v5p-8's 4 chips split the 4 kv heads; v5e-8's 8 chips
+  cannot, and split the cache's slots instead."""
+  experiment = _experiment(config, "--config.engine.max_cache_len=1024",
+                           "--config.engine.prefill_buckets=(256,)")
+  report = compile_step_programs(experiment, topology, model_overrides=TILED,
+                                 programs=("decode_block",))["decode_block"]
+  d = TILED["hidden_size"]
+  others = {TILED["intermediate_size"], VOCAB, TILED["num_heads"], TILED["num_kv_heads"],
+            TILED["head_dim"]}
+  weight_shaped = [c for c in report.loop_collectives if c.op == "all-gather"
+                   and any(d in shape and others & set(shape) for shape in c.shapes)]
+  assert weight_shaped == []
+  assert report.loop_collectives  # the reductions of the split matmuls' outputs
+  assert max(c.bytes for c in report.loop_collectives) < d * TILED["intermediate_size"] * 2
 
 
 def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
@@ -118,12 +145,13 @@ def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   summary = json.loads(proc.stdout.strip().splitlines()[-1])
   assert summary["topology"] == "v5e-1" and summary["hbm_gib"] == 16 and summary["fits"]
-  assert set(summary["programs"]) == {"train_step", "decode_block", "prefill_append"}
+  assert set(summary["programs"]) == {"train_step", "decode_block", "prefill_append",
+                                      "reshard"}
   for figures in summary["programs"].values():
     assert {"peak_gib", "temp_gib", "argument_gib", "compile_s"} <= set(figures)
     assert figures["peak_gib"] > 0
   assert sorted(p.name for p in tmp_path.iterdir()) == [
-      "decode_block.hlo.txt", "prefill_append.hlo.txt", "train_step.hlo.txt"]
+      "decode_block.hlo.txt", "prefill_append.hlo.txt", "reshard.hlo.txt", "train_step.hlo.txt"]
   assert "compiled for v5e-1 by XLA's TPU compiler" in proc.stdout
 
 
