@@ -235,8 +235,10 @@ def test_owned_slots_are_packed_low_and_continue_exactly(model):
 
 
 def test_append_rows_pad_to_the_batch_shards_and_the_padding_writes_no_slot(model):
-  """On a (data 2, fsdp 2) mesh the row buckets are multiples of 4, so an append's rows split
-  over the chips: 3 rows run as 4, the padding row naming no slot. Same tokens and log-probs
+  """On a (data 2, fsdp 2) mesh the row buckets are multiples of the engine's 2 batch shards
+  (its rows split over data; fsdp splits its copy of the weights, sharding.INFERENCE_RULES),
+  so an append's rows split over the data axis: 3 rows run as 4, the padding row naming no
+  slot. Same tokens and log-probs
   as without a mesh, and only the three slots written."""
   mesh = make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])
   graphdef, params = nnx.split(model)
@@ -244,7 +246,7 @@ def test_append_rows_pad_to_the_batch_shards_and_the_padding_writes_no_slot(mode
   config = dict(num_slots=6, max_cache_len=64, prefill_buckets=(16,), decode_widths=(),
                 decode_lengths=())
   plain, split = SlotEngine(model, **config), SlotEngine(sharded, mesh=mesh, **config)
-  assert plain.row_buckets == (1, 4, 6) and split.row_buckets == (4, 8)
+  assert plain.row_buckets == (1, 4, 6) and split.row_buckets == (2, 4, 6)
   sp = [SamplingParams(4, temperature=0.0)] * 3
   chunks = [prompt(5), prompt(9, 1), prompt(3, 2)]
   out = []
