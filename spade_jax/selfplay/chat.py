@@ -8,6 +8,10 @@ generation prompt. It is found by rendering a placeholder conversation with the
 tokenizer's own template, so any template the tokenizer carries works, and the sampled
 tokens are never re-tokenised (re-encoding decoded text can change them, which would
 break the match between behaviour log-probs and tokens).
+
+Everything but the assistant's turns (observations, tool results, tool specs, the hint) is
+untrusted text: its control-token strings encode as plain characters
+(`Tokenizer.encode_chat`), so an environment cannot forge a turn.
 """
 
 from __future__ import annotations
@@ -28,8 +32,7 @@ class ChatFormatter:
   def prompt_ids(self, messages: Sequence[Mapping[str, Any]],
                  tools: Sequence[Mapping[str, Any]] | None = None) -> list[int]:
     """Ids of a new conversation, ending with the assistant generation prompt."""
-    return self.tokenizer.encode(
-        self.tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True))
+    return self.tokenizer.encode_chat(messages, tools=tools, add_generation_prompt=True)
 
   def turn_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
     """Template text after an assistant reply: end of turn, the messages, generation prompt.
@@ -37,7 +40,11 @@ class ChatFormatter:
     Several tool results in a row render as the template renders them (Qwen3: one user turn
     holding a <tool_response> block each).
     """
-    rendered = self.tokenizer.apply_chat_template(
+    return self.tokenizer.controls.unmark(self._marked_turn_text(messages))
+
+  def _marked_turn_text(self, messages: Sequence[Mapping[str, Any]]) -> str:
+    """`turn_text` with the messages' control-token strings marked (`Tokenizer.render_marked`)."""
+    rendered = self.tokenizer.render_marked(
         [{"role": "user", "content": _USER}, {"role": "assistant", "content": _REPLY},
          *messages], add_generation_prompt=True)
     at = rendered.find(_REPLY)
@@ -53,7 +60,7 @@ class ChatFormatter:
     When the reply already ends with the template's end-of-turn token (it stopped on it),
     that token is in the cache and is not sent again.
     """
-    ids = self.tokenizer.encode(self.turn_text(messages))
+    ids = self.tokenizer.encode_marked(self._marked_turn_text(messages))
     if reply_tokens and ids and ids[0] == reply_tokens[-1]:
       ids = ids[1:]
     return ids

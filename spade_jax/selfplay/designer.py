@@ -32,7 +32,6 @@ PARSE_ERRORS = ("truncated", "no_code_block", "multiple_code_blocks", "no_class"
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([A-Za-z0-9_+-]*)[ \t]*$", re.MULTILINE)
 _PYTHON_TAGS = ("", "python", "python3", "py")
 _CLASS = re.compile(r"^class\s+[A-Za-z_]\w*", re.MULTILINE)
-_HINT = re.compile(r"<hint>(.*?)</hint>", re.DOTALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +78,7 @@ def parse_designer_output(text: str, finish_reason: str = "stop") -> ParsedOutpu
                  f"the python block defines {len(classes)} classes ({', '.join(classes)}); "
                  "the contract allows exactly one")
   rest = text[:opening.start()] + text[closing.end():]
-  hints = _HINT.findall(rest)
+  hints, _ = replies.tagged_blocks(rest, "<hint>", "</hint>")
   if not hints:
     if "<hint>" in rest:
       return _fail("truncated", "<hint> is never closed with </hint>")

@@ -18,6 +18,9 @@ chat template drops it when it re-renders the conversation. What is left is read
   games: the text inside the last match of the action format (e.g. `<action>{}</action>`)
     is one text part; a reply without one is an error part (`MISSING_ACTION`).
 
+Parsing is linear in the reply's length (`tagged_blocks`): replies are model output of any
+length, and a reply full of opening tags that never close must not stall the host.
+
 Plain Python (no jax): the held-out tool-use evaluation parses model replies with it too.
 """
 
@@ -25,7 +28,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,7 +39,6 @@ CALL_FORMAT = ('<tool_call>\n{"name": <function-name>, "arguments": <args-json-o
                '</tool_call>')
 MISSING_ACTION = ("No action found in your reply. End your reply with exactly one action "
                   "written as {example}.")
-_CALL = re.compile(re.escape(CALL_OPEN) + r"(.*?)" + re.escape(CALL_CLOSE), re.DOTALL)
 
 Action = str | dict  # a game action or plain reply (str), or a tool call {"name", "arguments"}
 
@@ -97,6 +98,26 @@ def format_action(action_format: str, action: str) -> str:
   return action_format.replace("{}", action)
 
 
+def tagged_blocks(text: str, open_tag: str, close_tag: str) -> tuple[list[str], int]:
+  """Bodies of the `open_tag`...`close_tag` blocks of `text`, in order, and where the last
+  one ends (0 if none).
+
+  A block ends at the first `close_tag` after its `open_tag`, as with a non-greedy regex, but
+  in one forward pass: once an `open_tag` has no `close_tag` after it, no later one has, so
+  the scan stops there. A non-greedy regex instead scans to the end from every unclosed
+  `open_tag`, which is quadratic in the reply's length.
+  """
+  bodies, end = [], 0
+  while (start := text.find(open_tag, end)) >= 0:
+    body_start = start + len(open_tag)
+    stop = text.find(close_tag, body_start)
+    if stop < 0:
+      break
+    bodies.append(text[body_start:stop])
+    end = stop + len(close_tag)
+  return bodies, end
+
+
 def extract_action(text: str, action_format: str) -> str | None:
   """The stripped text inside the last match of `action_format`, None if there is none."""
   prefix, suffix = action_format.split("{}")
@@ -106,9 +127,8 @@ def extract_action(text: str, action_format: str) -> str | None:
     at = text.rfind(prefix)
     action = text[at + len(prefix):].strip() if at >= 0 else ""
   else:
-    pattern = re.escape(prefix) + "(.*?)" + re.escape(suffix)
-    matches = re.findall(pattern, text, re.DOTALL)
-    action = matches[-1].strip() if matches else ""
+    bodies, _ = tagged_blocks(text, prefix, suffix)
+    action = bodies[-1].strip() if bodies else ""
   return action or None
 
 
@@ -155,13 +175,13 @@ def parse_tool_reply(text: str, tools: Iterable[Any] | None) -> ParsedReply:
   """Qwen3 tool-call parsing (module docstring); `tools` None accepts any tool name."""
   visible = visible_text(text)
   names = None if tools is None else tool_names(tools)
-  parts, number, end = [], 0, 0
-  for number, match in enumerate(_CALL.finditer(visible), start=1):
-    parsed = parse_call(match.group(1).strip(), names)
+  bodies, end = tagged_blocks(visible, CALL_OPEN, CALL_CLOSE)
+  parts = []
+  for number, body in enumerate(bodies, start=1):
+    parsed = parse_call(body.strip(), names)
     parts.append(ReplyPart("call", parsed) if isinstance(parsed, dict) else _error(number, parsed))
-    end = match.end()
-  if CALL_OPEN in visible[end:]:
-    parts.append(_error(number + 1, f"the block is never closed with {CALL_CLOSE}"))
+  if visible.find(CALL_OPEN, end) >= 0:
+    parts.append(_error(len(bodies) + 1, f"the block is never closed with {CALL_CLOSE}"))
   if not parts:
     parts.append(ReplyPart("text", visible))
   return ParsedReply(visible, tuple(parts))

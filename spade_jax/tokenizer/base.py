@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import abc
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from spade_jax.tokenizer import chat_template as chat_lib
+from spade_jax.tokenizer import plain_text
 
 # Control tokens of the Qwen3 chat format (every Qwen3 tokenizer and the tiny one carry them).
 IM_START = "<|im_start|>"
@@ -23,7 +25,9 @@ class Tokenizer(abc.ABC):
   Subclasses set `chat_template` (jinja2 source) and `special_tokens_map` (e.g.
   {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}) and implement the abstract
   methods. Ids of added/special tokens are found in text: encoding a rendered chat turns
-  "<|im_start|>" into its single id.
+  "<|im_start|>" into its single id. `encode_chat` keeps that for the template's markup and
+  the assistant's turns only: the other messages and the tools are untrusted text, whose
+  control-token strings encode as plain characters (`plain_text`).
   """
 
   chat_template: str
@@ -89,6 +93,39 @@ class Tokenizer(abc.ABC):
                                 add_generation_prompt=add_generation_prompt,
                                 special_tokens=self.special_tokens_map, **kwargs)
 
+  @property
+  def control_tokens(self) -> tuple[str, ...]:
+    """Strings the encoder turns into control ids wherever they occur in text.
+
+    These are the Qwen3 chat tokens and the special tokens that the vocabulary has;
+    subclasses that know their added tokens list them all.
+    """
+    candidates = (*CHAT_SPECIAL_TOKENS, *self.special_tokens_map.values())
+    return tuple(t for t in candidates if self.token_to_id(t) is not None)
+
+  @functools.cached_property
+  def controls(self) -> plain_text.ControlTokens:
+    """Marks for the control tokens inside untrusted text (see `plain_text`)."""
+    return plain_text.ControlTokens(self.control_tokens)
+
+  def encode_plain(self, text: str) -> list[int]:
+    """Ids of `text` with control-token strings read as ordinary characters."""
+    return [i for piece in self.controls.plain_pieces(text) for i in self.encode(piece)]
+
+  def encode_marked(self, text: str) -> list[int]:
+    """Ids of rendered text: marks as plain text (`encode_plain`), the rest as `encode`."""
+    return [i for piece, plain in self.controls.segments(text)
+            for i in (self.encode_plain(piece) if plain else self.encode(piece))]
+
+  def render_marked(self, messages: Sequence[Mapping[str, Any]],
+                    tools: Sequence[Mapping[str, Any]] | None = None, **kwargs: Any) -> str:
+    """`apply_chat_template` with the untrusted text (every message but the assistant's, and
+    the tools) marked; `encode_marked` encodes the result."""
+    marked_tools = None if tools is None else self.controls.mark(tools)
+    return self.apply_chat_template(self.controls.mark_messages(messages), tools=marked_tools,
+                                    **kwargs)
+
   def encode_chat(self, messages: Sequence[Mapping[str, Any]], **kwargs: Any) -> list[int]:
-    """`encode(apply_chat_template(messages, **kwargs))`."""
-    return self.encode(self.apply_chat_template(messages, **kwargs))
+    """Ids of the rendered chat where only the template's markup and the assistant's turns
+    hold control tokens: `encode_marked(render_marked(messages, **kwargs))`."""
+    return self.encode_marked(self.render_marked(messages, **kwargs))

@@ -15,7 +15,7 @@ from typing import Any
 
 import tokenizers
 
-from spade_jax.tokenizer import base
+from spade_jax.tokenizer import base, plain_text
 from spade_jax.tokenizer import chat_template as chat_lib
 
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token",
@@ -55,6 +55,7 @@ class HFTokenizer(base.Tokenizer):
       self._tok = tokenizers.Tokenizer.from_file(str(tokenizer_file))
     except Exception as e:  # the Rust library raises a bare Exception on malformed files
       raise ValueError(f"{tokenizer_file}: cannot be parsed by `tokenizers` ({e})") from e
+    self._match_markup_before_normalization()
     config_file = directory / "tokenizer_config.json"
     config = _read_json(config_file) if config_file.is_file() else {}
     self.special_tokens_map = {}
@@ -70,6 +71,21 @@ class HFTokenizer(base.Tokenizer):
       self.special_tokens_map.setdefault("pad_token", base.ENDOFTEXT)
     self._templates = self._read_templates(directory, config, config_file)
     self.chat_template = self._templates["default"]
+
+  def _match_markup_before_normalization(self) -> None:
+    """Makes every markup added token match in the raw text only (`normalized: false`, as
+    Qwen3's are).
+
+    `plain_text` marks control-token strings in the raw text; a token matched after a
+    normalizer that folds characters (NFKC turns "\uff1cthink\uff1e" into "<think>") could
+    otherwise be formed by untrusted text that holds no such string.
+    """
+    normalized = [t for t in self._tok.get_added_tokens_decoder().values()
+                  if t.normalized and plain_text.is_markup(t.content)]
+    self._tok.add_tokens([
+        tokenizers.AddedToken(t.content, single_word=t.single_word, lstrip=t.lstrip,
+                              rstrip=t.rstrip, normalized=False, special=t.special)
+        for t in normalized])
 
   @staticmethod
   def _read_templates(directory: pathlib.Path, config: Mapping[str, Any],
@@ -101,6 +117,12 @@ class HFTokenizer(base.Tokenizer):
 
   def token_to_id(self, token: str) -> int | None:
     return self._tok.token_to_id(token)
+
+  @property
+  def control_tokens(self) -> tuple[str, ...]:
+    """Every added token: `tokenizers` matches them all in text, special or not (Qwen3's
+    <think> and <tool_call> are added tokens that are not special)."""
+    return tuple(t.content for t in self._tok.get_added_tokens_decoder().values())
 
   @property
   def vocab_size(self) -> int:

@@ -2,7 +2,8 @@
 
 The bundled model (assets/tiny.model, trained by scripts/train_tiny_tokenizer.py on the
 built-in science corpus) has 1024 ids, equal to the "tiny" preset's vocab_size. The Qwen3
-chat control tokens are user-defined symbols, so "<|im_start|>" in text encodes to its one id;
+chat control tokens are user-defined symbols, so "<|im_start|>" in text encodes to its one id
+(`control_tokens` lists every user-defined symbol, read from the model's protobuf);
 byte fallback means any text encodes without <unk>; identity normalisation and no dummy prefix make
 decode(encode(text)) == text and encode(a + b) == encode(a) + encode(b) at control tokens.
 """
@@ -32,6 +33,7 @@ class SentencePieceTokenizer(base.Tokenizer):
     # Imported here: code that loads a Qwen3 tokenizer.json (the engine, bench/accelerator.py)
     # must import without sentencepiece, which accelerator images may lack.
     import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+    from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
 
     model_file = pathlib.Path(model_file)
     if not model_file.is_file():
@@ -41,6 +43,14 @@ class SentencePieceTokenizer(base.Tokenizer):
       self._sp.Load(str(model_file))
     except (OSError, RuntimeError) as e:
       raise ValueError(f"{model_file}: not a SentencePiece model ({e})") from e
+    proto = sentencepiece_model_pb2.ModelProto.FromString(self._sp.serialized_model_proto())
+    user_defined = sentencepiece_model_pb2.ModelProto.SentencePiece.USER_DEFINED
+    self._user_defined = tuple(p.piece for p in proto.pieces if p.type == user_defined)
+    if self._user_defined and proto.normalizer_spec.name != "identity":
+      # A folding normalizer (nmt_nfkc) could form a symbol's string from other characters,
+      # out of reach of the marks that keep untrusted text plain (`plain_text`).
+      raise ValueError(f"{model_file}: user-defined symbols need the identity normalizer, "
+                       f"got {proto.normalizer_spec.name!r}")
     missing = [t for t in (base.IM_START, base.IM_END, base.ENDOFTEXT)
                if self.token_to_id(t) is None]
     if missing:
@@ -60,6 +70,11 @@ class SentencePieceTokenizer(base.Tokenizer):
     if token_id == self._sp.unk_id() and token != self._sp.IdToPiece(token_id):
       return None
     return token_id
+
+  @property
+  def control_tokens(self) -> tuple[str, ...]:
+    """The user-defined symbols: SentencePiece matches them whole in any text."""
+    return self._user_defined
 
   @property
   def vocab_size(self) -> int:

@@ -260,6 +260,8 @@ def test_one_environment_fails_only_its_own_episode(pool, item):
   if item == "reserved_info_keys":
     _scores(bad)
     assert bad.tools is None
+  elif item == "template_guard":  # the template sees environment text marked, never as markup
+    _scores(bad)
   elif item == "huge_intermediate_reward":
     assert bad.rewards == [0.0, 0.0] and bad.episode_return == 0.0
     assert bad.playable and bad.error_kind == "bad_output"
@@ -268,5 +270,3 @@ def test_one_environment_fails_only_its_own_episode(pool, item):
     assert bad.unplayable and bad.error_kind == "bad_output", bad
   if item == "lone_surrogate":
     assert episodes["twin"].first_observation == "Ich wähle ☃ 🎲, a number."
-  if item == "template_guard":
-    assert "No user query" in bad.error_detail

@@ -4,9 +4,11 @@ import json
 import pathlib
 import subprocess
 import sys
+import time
 
 import pytest
 
+from spade_jax.selfplay.designer import parse_designer_output
 from spade_jax.selfplay.replies import (
   CALL_FORMAT,
   MISSING_ACTION,
@@ -117,6 +119,49 @@ def test_the_chat_template_announces_the_format_the_parser_reads():
   call = '<tool_call>\n{"name": "transfer", "arguments": {"amount_cents": 5}}\n</tool_call>'
   assert parse_reply(call, tools=TOOLS).calls == [{"name": "transfer",
                                                    "arguments": {"amount_cents": 5}}]
+
+
+LONG_REPLY_CHARS = 110_000  # a quadratic parser takes seconds here, a linear one milliseconds
+CALL = '<tool_call>\n{"name": "transfer", "arguments": {"amount_cents": 5}}\n</tool_call>\n'
+
+
+def _repeat(text: str) -> str:
+  return text * (LONG_REPLY_CHARS // len(text))
+
+
+def _parse_seconds(parse, text: str):
+  start = time.perf_counter()
+  parsed = parse(text)
+  return time.perf_counter() - start, parsed
+
+
+def _tool_problem(text: str) -> str:
+  return " ".join(parse_reply(text, tools=TOOLS).errors)
+
+
+def _game_problem(text: str) -> str:
+  return " ".join(parse_reply(text).errors)
+
+
+def _designer_problem(text: str) -> str:
+  return parse_designer_output(text).detail
+
+
+@pytest.mark.parametrize("problem, head, tag, expected", [
+    (_tool_problem, "", "<tool_call>", "never closed"),
+    (_game_problem, "", "<action>", "No action found"),
+    (_designer_problem, "```python\nclass Env:\n  pass\n```\n", "<hint>", "never closed"),
+])
+def test_a_long_reply_of_unclosed_tags_parses_in_linear_time(problem, head, tag, expected):
+  seconds, found = _parse_seconds(problem, head + _repeat(tag))
+  assert seconds < 0.5, f"{LONG_REPLY_CHARS} characters of {tag} took {seconds:.2f} s"
+  assert expected in found
+
+
+def test_a_long_reply_of_closed_calls_still_parses_every_call_quickly():
+  seconds, parsed = _parse_seconds(lambda text: parse_reply(text, tools=TOOLS), _repeat(CALL))
+  assert seconds < 0.5 and len(parsed.calls) == LONG_REPLY_CHARS // len(CALL)
+  assert not parsed.errors and parsed.calls[-1]["arguments"] == {"amount_cents": 5}
 
 
 def test_the_parser_imports_without_jax():  # the evaluation reuses it outside the trainer
