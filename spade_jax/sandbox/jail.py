@@ -153,10 +153,14 @@ def build_root(extra_dirs, tmp_mb: int) -> None:
   mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def private_tmp(tmp_mb: int) -> None:
-  """Gives the caller its own mount and IPC namespaces and a fresh, empty tmpfs on /tmp."""
+def private_mounts(tmp_mb: int) -> None:
+  """Gives the caller its own mount and IPC namespaces, a fresh, empty tmpfs on /tmp and a
+  /proc that shows only the processes it can ptrace (hidepid=4, Linux 5.8+), so not its
+  sibling episodes, whose /proc files (oom_score_adj, clear_refs, fd) it would own under
+  one uid, nor the zygote. (hidepid=2 would show them all to members of group 0.)"""
   unshare(["mount", "ipc"])
   mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmp_mb}m,mode=1777")
+  mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=4")
   os.chdir("/tmp")
 
 

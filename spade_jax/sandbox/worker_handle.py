@@ -65,7 +65,7 @@ class WorkerHandle:
                extra_dirs=isolation.interpreter_dirs(),
                uid_base=_uid_base() if setup["drop_uid"] else None, uid_span=UID_SPAN,
                scan_strays="pid" in setup["namespaces"] and not setup["seccomp"],
-               private_tmp="mount" in setup["namespaces"])
+               private_mounts="mount" in setup["namespaces"])
     try:
       self.proc = subprocess.Popen(
           [isolation.interpreter(), "-I", "-S", "-c", _SOURCES["zygote"]], stdin=subprocess.PIPE,

@@ -75,8 +75,8 @@ def episode_main(cfg: dict, jail, runner, req: int, resp: int, uid, zygote_pid: 
     req, resp = REQ_FD, RESP_FD
     lim = cfg["limits"]
     jail.set_limits(lim["memory_mb"], lim["cpu_s"], lim["fsize_mb"], lim["nofile"], lim["nproc"])
-    if cfg["private_tmp"]:
-      jail.private_tmp(cfg["tmp_mb"])
+    if cfg["private_mounts"]:
+      jail.private_mounts(cfg["tmp_mb"])
     if uid is not None:
       jail.drop_privileges(uid, uid)
     elif os.geteuid() == 0:  # root of a user namespace: keep no capability there either

@@ -67,6 +67,11 @@ def raw(name, *args):
     raise OSError(ctypes.get_errno(), name)
 
 
+def write_proc(pid, name, value):
+  with open(f"/proc/{{pid}}/{{name}}", "w") as f:
+    f.write(value)
+
+
 def pidfd(pid):
   try:
     return os.pidfd_open(pid)
@@ -82,6 +87,9 @@ ATTACKS = {{  # each against another pid of the namespace; the lethal ones last
     "ioprio_set": lambda pid: raw("ioprio_set", 1, pid, 3 << 13),  # a process, the idle class
     "prlimit64": lambda pid: resource.prlimit(pid, resource.RLIMIT_CPU, (1, 1)),
     "kcmp": lambda pid: raw("kcmp", os.getpid(), pid, 0, 3, 3),
+    "/proc/PID/oom_score_adj": lambda pid: write_proc(pid, "oom_score_adj", "1000"),
+    "/proc/PID/clear_refs": lambda pid: write_proc(pid, "clear_refs", "1"),
+    "/proc/PID/fd": lambda pid: os.listdir(f"/proc/{{pid}}/fd"),
     "fcntl F_SETOWN": lambda pid: fcntl.fcntl(4, fcntl.F_SETOWN, pid),
     "fcntl F_SETSIG": lambda pid: fcntl.fcntl(4, fcntl.F_SETSIG, signal.SIGKILL),
     "pidfd_open": lambda pid: os.close(os.pidfd_open(pid)),
@@ -105,7 +113,8 @@ def outcome(attack, pid):
 class Attacker:
   def reset(self, seed=None):
     pids = [pid for pid in range(2, 64) if pid != os.getpid()]
-    found = {{name: sorted({{outcome(attack, pid) for pid in pids}} - {{"ESRCH"}})
+    gone = {{"ESRCH", "ENOENT"}}  # no such process, or none this process can see
+    found = {{name: sorted({{outcome(attack, pid) for pid in pids}} - gone)
              for name, attack in ATTACKS.items()}}
     return json.dumps(found), {{}}
 
@@ -159,7 +168,8 @@ def test_same_uid_episodes_cannot_reach_each_other(userns_pool):
   attacker = userns_pool.reset([("attacker", ATTACKER.format(numbers=numbers), 0)])[0]
   assert attacker.error_kind is None, attacker
   found = json.loads(attacker.observation)
-  assert found == {name: ["EPERM"] for name in found}, found
+  hidden = {name: [] for name in found if name.startswith("/proc/")}  # siblings are invisible
+  assert found == {**{name: ["EPERM"] for name in found}, **hidden}, found
   twin = userns_pool.step([("twin", oracle_answer(userns_pool, "twin"))])[0]
   assert (twin.reward, twin.error_kind) == (1.0, None), twin
   assert userns_pool.validate([contract.EXAMPLE_ENV])[0].valid
