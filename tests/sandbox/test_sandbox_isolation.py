@@ -6,13 +6,14 @@ that must still answer and score 1.0 with its oracle's answer.
 
 import dataclasses
 import json
+import os
 import platform
 import time
 from itertools import pairwise
 
 import pytest
 
-from spade_jax.sandbox import contract, isolation, worker_handle
+from spade_jax.sandbox import channel, contract, isolation, worker_handle
 from spade_jax.sandbox.pool import SandboxPool
 
 STUCK_READER = """
@@ -179,3 +180,17 @@ def test_worker_uid_ranges_do_not_collide():
   bases = sorted(worker_handle.uid_base(slot) for slot in range(worker_handle.UID_SLOTS))
   assert bases[0] > 1 << 16 and bases[-1] + worker_handle.UID_SPAN < 1 << 32
   assert all(b - a >= worker_handle.UID_SPAN for a, b in pairwise(bases))
+
+
+def test_a_waiting_reply_is_read_even_past_the_deadline():
+  req_r, req_w = os.pipe()
+  resp_r, resp_w = os.pipe()
+  os.set_blocking(req_w, False)
+  os.set_blocking(resp_r, False)
+  os.write(resp_w, channel.HEADER.pack(7) + b'"reply"')
+  try:
+    calls = {"late": channel.Call(req_w, resp_r, b'{"op": "step"}')}
+    assert list(channel.exchange(calls, 0.0, 1024)) == [("late", channel.OK, b'"reply"')]
+  finally:
+    for fd in (req_r, req_w, resp_r, resp_w):
+      os.close(fd)
