@@ -26,6 +26,7 @@ CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 5, 6, 7, 21
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin")
 DEVICES = ("null", "zero", "random", "urandom")
 
+
 class Arch(NamedTuple):
   """One machine's seccomp numbers: its AUDIT_ARCH, and the syscalls the filter acts on."""
 

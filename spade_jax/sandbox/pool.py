@@ -6,7 +6,8 @@ interpreter state, thread or child process outlives its episode. Calls are batch
 poll loop sends every request and reads every reply, each against its own deadline, so
 episodes on different workers (and different episodes on one worker) run in parallel and
 none can use up another's time. Between its calls an episode process is stopped
-(SIGSTOP, SIGCONT before its next request), so it runs only while the host waits for it.
+(SIGSTOP once its reply is read, SIGCONT once its next request is written), so it runs
+only while the host waits for it.
 Nothing an environment does raises here: each failure becomes an error record, and
 failures of the sandbox itself are marked `infra`. A worker that dies is replaced on
 next use. See docs/sandbox.md for the layers and what each defends against.
@@ -183,11 +184,12 @@ class SandboxPool:
       except (WorkerError, OSError, ValueError) as exc:
         w.stop()
         acks = {token: (-1, f"worker {w.index} failed: {exc}") for token in mine}
-      for token, (pidfd, why) in acks.items():
+      for token, key in mine.items():
+        pidfd, why = acks.get(token, (-1, f"worker {w.index} did not acknowledge the fork"))
         if why:
-          failed[mine[token]] = why
+          failed[key] = why
         else:
-          procs[mine[token]].pidfd = pidfd
+          procs[key].pidfd = pidfd
     return failed
 
   def _release(self, procs: list[_Proc]) -> None:
