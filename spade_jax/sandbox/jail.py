@@ -4,8 +4,8 @@ Standard library and ctypes only: the worker ships this file's source into a fre
 `python -I -S` interpreter, where the package is not importable. Everything here acts on
 the calling process: namespaces (`unshare`), a minimal root filesystem (`build_root`,
 then `pivot_root`), resource limits, privilege drop, parent-death signal and a seccomp
-BPF filter that denies process creation, sockets, signals to other processes, ptrace
-and kernel-administration calls.
+BPF filter that denies process creation, sockets, kernel-administration calls and every
+call that acts on another process (signals, ptrace, pidfds, scheduling, limits, memory).
 """
 
 import ctypes
@@ -13,6 +13,7 @@ import os
 import platform
 import resource
 import struct
+from typing import NamedTuple
 
 CLONE = {"mount": 0x00020000, "uts": 0x04000000, "ipc": 0x08000000, "user": 0x10000000,
          "pid": 0x20000000, "net": 0x40000000}
@@ -20,25 +21,51 @@ MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP = 1, 4, 38, 22
 PR_CAPBSET_DROP = 24
+SA_NOCLDSTOP = 1
 CAP_KILL, CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 5, 6, 7, 21
 SYSTEM_DIRS = ("/usr", "/lib", "/lib64", "/lib32", "/bin")
 DEVICES = ("null", "zero", "random", "urandom")
 
+
+class Arch(NamedTuple):
+  """One machine's seccomp numbers: its AUDIT_ARCH, and the syscalls the filter acts on."""
+
+  audit: int
+  pivot_root: int
+  denied: tuple  # process creation, sockets, signals, mounts, kernel administration
+  other_process: tuple  # calls that act on another process by pid or pidfd (see below)
+  fcntl: int  # denied for F_SETOWN, F_SETSIG, F_SETOWN_EX only
+  prlimit64: int  # denied unless its pid is 0 (the caller itself)
+
+
+# `other_process`: signals with a payload, pidfds, scheduling, I/O priority, memory
+# placement and advice, comparing kernel objects. Under one uid (user-namespace mode) the
+# kernel lets every episode do these to its siblings; ptrace and process_vm_* are in
+# `denied`. fcntl(F_SETOWN) + F_SETSIG would let I/O on an episode's pipe signal another
+# process, and prlimit64 can change another process's limits.
 _ARCH = {
-    # machine: (AUDIT_ARCH, pivot_root nr, denied syscall numbers)
-    "x86_64": (0xC000003E, 155, (
+    "x86_64": Arch(0xC000003E, 155, (
         56, 57, 58, 435, 59, 322,  # clone fork vfork clone3 execve execveat
         41, 53, 62, 200, 234,  # socket socketpair kill tkill tgkill
         101, 310, 311,  # ptrace process_vm_readv/writev
         165, 166, 155, 272, 308, 161,  # mount umount2 pivot_root unshare setns chroot
         321, 298, 250, 248, 249, 323, 425, 426, 427,  # bpf perf keyctl keys userfaultfd io_uring
         246, 175, 313, 176, 169, 167, 168, 103, 163,  # kexec modules reboot swap syslog acct
-        164, 227, 170, 171, 172, 173, 179, 303, 304, 133, 259)),  # clocks names io quota mknod
-    "aarch64": (0xC00000B7, 41, (
+        164, 227, 170, 171, 172, 173, 179, 303, 304, 133, 259),  # clocks names io quota mknod
+        (129, 297,  # rt_sigqueueinfo rt_tgsigqueueinfo
+         424, 434, 438,  # pidfd_send_signal pidfd_open pidfd_getfd
+         141, 142, 144, 203, 314,  # setpriority sched_setparam/setscheduler/setaffinity/setattr
+         251, 256, 279, 274,  # ioprio_set migrate_pages move_pages get_robust_list
+         440, 448, 312),  # process_madvise process_mrelease kcmp
+        72, 302),  # fcntl prlimit64
+    "aarch64": Arch(0xC00000B7, 41, (
         220, 435, 221, 281, 198, 199, 129, 130, 131, 117, 270, 271,
         40, 39, 41, 97, 268, 51, 280, 241, 219, 217, 218, 282, 425, 426, 427,
-        104, 105, 273, 106, 142, 224, 225, 116, 89, 170, 112, 161, 162, 60, 264, 265, 33)),
+        104, 105, 273, 106, 142, 224, 225, 116, 89, 170, 112, 161, 162, 60, 264, 265, 33),
+        (138, 240, 424, 434, 438, 140, 118, 119, 122, 274, 30, 238, 239, 100, 440, 448, 272),
+        25, 261),
 }
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -119,7 +146,7 @@ def build_root(extra_dirs, tmp_mb: int) -> None:
   mount("tmpfs", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
         f"size={tmp_mb}m,mode=1777")
   os.makedirs(root + "/.old")
-  pivot_nr = _ARCH.get(platform.machine(), (0, -1, ()))[1]
+  pivot_nr = _ARCH[platform.machine()].pivot_root if seccomp_supported() else -1
   _check(_libc.syscall(pivot_nr, root.encode(), (root + "/.old").encode()), "pivot_root")
   os.chdir("/")
   _check(_libc.umount2(b"/.old", 2), "umount(/.old)")
@@ -127,10 +154,14 @@ def build_root(extra_dirs, tmp_mb: int) -> None:
   mount(None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
-def private_tmp(tmp_mb: int) -> None:
-  """Gives the caller its own mount and IPC namespaces and a fresh, empty tmpfs on /tmp."""
+def private_mounts(tmp_mb: int) -> None:
+  """Gives the caller its own mount and IPC namespaces, a fresh, empty tmpfs on /tmp and a
+  /proc that shows only the processes it can ptrace (hidepid=4, Linux 5.8+), so not its
+  sibling episodes, whose /proc files (oom_score_adj, clear_refs, fd) it would own under
+  one uid, nor the zygote. (hidepid=2 would show them all to members of group 0.)"""
   unshare(["mount", "ipc"])
   mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"size={tmp_mb}m,mode=1777")
+  mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=4")
   os.chdir("/tmp")
 
 
@@ -169,6 +200,23 @@ def keep_capabilities(caps) -> None:
   _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
 
 
+class _Sigaction(ctypes.Structure):
+  """glibc's struct sigaction on 64-bit Linux (x86_64 and aarch64 share its layout)."""
+
+  _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ulong * 16),
+              ("flags", ctypes.c_int), ("restorer", ctypes.c_void_p)]
+
+
+def no_stop_notices(signum: int) -> None:
+  """Adds SA_NOCLDSTOP to the installed action for `signum` (SIGCHLD): children that stop
+  or continue then send nothing, so the host stopping episodes between calls does not
+  wake their zygote twice a call; only exits do."""
+  action = _Sigaction()
+  _check(_libc.sigaction(signum, None, ctypes.byref(action)), "sigaction(read)")
+  action.flags |= SA_NOCLDSTOP
+  _check(_libc.sigaction(signum, ctypes.byref(action), None), "sigaction(SA_NOCLDSTOP)")
+
+
 def undumpable() -> None:
   """Forbids ptrace and /proc memory access by other processes of the same uid."""
   _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")
@@ -178,23 +226,40 @@ def seccomp_supported() -> bool:
   return platform.machine() in _ARCH
 
 
+_LD, _JEQ, _JGE, _RET = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JGE, BPF_RET
+_ALLOW, _KILL, _EPERM = 0x7FFF0000, 0x80000000, 0x00050000 | 1
+_NR, _ARCH_FIELD, _ARG0, _ARG1 = 0, 4, 16, 24  # offsets in seccomp_data (low words of args)
+
+
+def seccomp_program(arch: Arch) -> list[tuple[int, int, int, int]]:
+  """The BPF program: (code, jump if true, jump if false, constant) per instruction.
+
+  Arguments are compared by their low 32 bits: the pid of prlimit64 and the command of
+  fcntl are C ints, which the kernel reads from those bits alone.
+  """
+  prog = [(_LD, 0, 0, _ARCH_FIELD), (_JEQ, 1, 0, arch.audit), (_RET, 0, 0, _KILL),
+          (_LD, 0, 0, _NR)]
+  if arch.audit == _ARCH["x86_64"].audit:
+    prog += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, _KILL)]  # the x32 ABI
+  for nr in sorted(set(arch.denied + arch.other_process)):
+    prog += [(_JEQ, 0, 1, nr), (_RET, 0, 0, _EPERM)]
+  prog += [(_JEQ, 0, 6, arch.fcntl), (_LD, 0, 0, _ARG1),
+           (_JEQ, 2, 0, F_SETOWN), (_JEQ, 1, 0, F_SETSIG), (_JEQ, 0, 1, F_SETOWN_EX),
+           (_RET, 0, 0, _EPERM), (_RET, 0, 0, _ALLOW)]
+  prog += [(_JEQ, 0, 4, arch.prlimit64), (_LD, 0, 0, _ARG0), (_JEQ, 1, 0, 0),
+           (_RET, 0, 0, _EPERM), (_RET, 0, 0, _ALLOW)]
+  prog.append((_RET, 0, 0, _ALLOW))
+  return prog
+
+
 def install_seccomp() -> None:
-  """Denies the syscalls in `_ARCH` with EPERM; a foreign architecture kills the process."""
-  arch, _, denied = _ARCH[platform.machine()]
-  ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-  allow, kill, eperm = 0x7FFF0000, 0x80000000, 0x00050000 | 1
-  prog = [(ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, kill), (ld, 0, 0, 0)]
-  if platform.machine() == "x86_64":
-    prog += [(jge, 0, 1, 0x40000000), (ret, 0, 0, kill)]  # the x32 ABI
-  for nr in sorted(set(denied)):
-    prog += [(jeq, 0, 1, nr), (ret, 0, 0, eperm)]
-  prog.append((ret, 0, 0, allow))
-  raw = b"".join(struct.pack("HBBI", *ins) for ins in prog)
+  """Installs the filter of `_ARCH`: EPERM for its calls; a foreign architecture is killed."""
+  raw = b"".join(struct.pack("HBBI", *ins) for ins in seccomp_program(_ARCH[platform.machine()]))
   buf = ctypes.create_string_buffer(raw)
 
   class Fprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
-  fprog = Fprog(len(prog), ctypes.addressof(buf))
+  fprog = Fprog(len(raw) // 8, ctypes.addressof(buf))
   _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
   _check(_libc.prctl(PR_SET_SECCOMP, 2, ctypes.byref(fprog), 0, 0), "prctl(SECCOMP)")

@@ -2,9 +2,12 @@
 
 Every episode runs in its own process, forked from a worker's clean zygote, and is
 killed (its whole process group) when it ends, fails, times out or is closed: no
-interpreter state, thread or child process outlives its episode. Calls are batched: the
-pool writes all requests first, then waits on all replies with one poll loop, so
-episodes on different workers (and different episodes on one worker) run in parallel.
+interpreter state, thread or child process outlives its episode. Calls are batched: one
+poll loop sends every request and reads every reply, each against its own deadline, so
+episodes on different workers (and different episodes on one worker) run in parallel and
+none can use up another's time. Between its calls an episode process is stopped
+(SIGSTOP once its reply is read, SIGCONT once its next request is written), so it runs
+only while the host waits for it.
 Nothing an environment does raises here: each failure becomes an error record, and
 failures of the sandbox itself are marked `infra`. A worker that dies is replaced on
 next use. See docs/sandbox.md for the layers and what each defends against.
@@ -17,25 +20,46 @@ import json
 import logging
 import os
 import resource
-import time
+import signal
 from collections.abc import Hashable, Sequence
 
 from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, validate
 from spade_jax.sandbox import isolation as isolation_lib
 from spade_jax.sandbox.api import EnvStep, OracleActions, ValidationResult
 from spade_jax.sandbox.config import SandboxConfig
-from spade_jax.sandbox.worker_handle import ACK_TIMEOUT_S, WorkerError, WorkerHandle
+from spade_jax.sandbox.worker_handle import WorkerError, WorkerHandle
 
 log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
 class _Proc:
-  """A live episode process: its worker, its token there, and the host ends of its pipes."""
+  """A live episode process: its worker, its token there, the host ends of its pipes, and
+  its pidfd (-1 until the fork is acknowledged)."""
   worker: WorkerHandle
   token: int
   req: int
   resp: int
+  pidfd: int = -1
+
+  def pause(self) -> None:
+    """Stops the process (SIGSTOP) until its next call: an environment runs only while the
+    host waits for it, so a signal handler or timer cannot burn CPU between calls."""
+    self._signal(signal.SIGSTOP)
+
+  def resume(self) -> None:
+    self._signal(signal.SIGCONT)
+
+  def _signal(self, signum: int) -> None:
+    try:
+      signal.pidfd_send_signal(self.pidfd, signum)
+    except ProcessLookupError:  # it exited: its call reports that
+      pass
+
+  def close(self) -> None:
+    for fd in (self.req, self.resp, self.pidfd):
+      if fd >= 0:
+        os.close(fd)
 
 
 def _raise_fd_limit() -> None:
@@ -125,13 +149,12 @@ class SandboxPool:
              ) -> dict[Hashable, tuple[_Proc | None, str, bytes | str]]:
     """Forks an episode process per (key, first request), sends it, waits for the replies.
 
-    Requests go out while the zygotes are still forking; the timeout counts from the moment
-    every fork is acknowledged, so a slow zygote never makes an environment time out.
-    Returns key -> (process, status, reply); the process is None, the status "infra" and
-    the reply the reason when no process could be made.
+    What fits in the pipes goes out while the zygotes are still forking; the timeout counts
+    from the moment every fork is acknowledged, so a slow zygote never makes an environment
+    time out. Returns key -> (process, status, reply); the process is None, the status
+    "infra" and the reply the reason when no process could be made.
     """
-    write_deadline = time.monotonic() + timeout_s + ACK_TIMEOUT_S
-    procs, out, waiting = {}, {}, {}
+    procs, calls, out = {}, {}, {}
     for key, payload in requests:
       try:
         w = self._pick_worker()
@@ -139,14 +162,11 @@ class SandboxPool:
       except (WorkerError, OSError) as exc:
         out[key] = (None, "infra", str(exc))
         continue
-      status = channel.write_frame(proc.req, payload, write_deadline)
-      if status == channel.OK:
-        waiting[proc.resp] = key
-      else:
-        out[key] = (proc, status, b"")
+      calls[key] = channel.Call(proc.req, proc.resp, payload)
+      calls[key].send()
     failed = self._confirm(procs)
-    deadline = time.monotonic() + timeout_s
-    for key, reply in channel.collect(waiting, deadline, max_bytes).items():
+    started = {key: call for key, call in calls.items() if key not in failed}
+    for key, reply in self._run(started, procs, timeout_s, max_bytes).items():
       out[key] = (procs[key], *reply)
     self._release([procs[key] for key in failed])
     for key, reason in failed.items():
@@ -154,7 +174,8 @@ class SandboxPool:
     return out
 
   def _confirm(self, procs: dict[Hashable, _Proc]) -> dict[Hashable, str]:
-    """Reads the zygotes' fork acknowledgements; key -> reason for each failed fork."""
+    """Reads the zygotes' fork acknowledgements (and pidfds); key -> reason for each failed
+    fork."""
     failed = {}
     for w in {p.worker for p in procs.values()}:
       mine = {p.token: key for key, p in procs.items() if p.worker is w}
@@ -162,30 +183,44 @@ class SandboxPool:
         acks = w.receive_acks(list(mine))
       except (WorkerError, OSError, ValueError) as exc:
         w.stop()
-        acks = {token: f"worker {w.index} failed: {exc}" for token in mine}
-      failed.update({mine[token]: why for token, why in acks.items() if why and token in mine})
+        acks = {token: (-1, f"worker {w.index} failed: {exc}") for token in mine}
+      for token, key in mine.items():
+        pidfd, why = acks.get(token, (-1, f"worker {w.index} did not acknowledge the fork"))
+        if why:
+          failed[key] = why
+        else:
+          procs[key].pidfd = pidfd
     return failed
 
   def _release(self, procs: list[_Proc]) -> None:
-    """Kills episode processes (one message per worker) and closes their pipes."""
+    """Kills episode processes (one message per worker) and closes their descriptors."""
     for w in {p.worker for p in procs}:
       w.kill([p.token for p in procs if p.worker is w])
     for p in procs:
-      os.close(p.req)
-      os.close(p.resp)
+      p.close()
 
   def _exchange(self, items: list[tuple[Hashable, _Proc, bytes]], timeout_s: float,
                 max_bytes: int) -> dict[Hashable, tuple[str, bytes]]:
-    """Sends every request, then waits for every reply until the deadline."""
-    deadline = time.monotonic() + timeout_s
-    results, waiting = {}, {}
+    """Sends each request, continues its process and waits for its reply.
+
+    The request goes into the pipe before the process continues, so the process wakes
+    once, to a request it can read.
+    """
+    calls = {}
     for key, proc, payload in items:
-      status = channel.write_frame(proc.req, payload, deadline)
-      if status == channel.OK:
-        waiting[proc.resp] = key
-      else:
-        results[key] = (status, b"")
-    results.update(channel.collect(waiting, deadline, max_bytes))
+      calls[key] = channel.Call(proc.req, proc.resp, payload)
+      calls[key].send()
+      proc.resume()
+    return self._run(calls, {key: proc for key, proc, _ in items}, timeout_s, max_bytes)
+
+  @staticmethod
+  def _run(calls: dict[Hashable, channel.Call], procs: dict[Hashable, _Proc], timeout_s: float,
+           max_bytes: int) -> dict[Hashable, tuple[str, bytes]]:
+    """Runs the calls; each process is stopped as soon as its call ends (however it ends)."""
+    results = {}
+    for key, status, payload in channel.exchange(calls, timeout_s, max_bytes):
+      procs[key].pause()
+      results[key] = (status, payload)
     return results
 
   def _record(self, status: str, payload: bytes, proc: _Proc, timeout_s: float,
@@ -328,8 +363,7 @@ class SandboxPool:
     """Kills every worker (and so every episode process); the pool is unusable afterwards."""
     self.ledger.live.clear()
     for proc in self._live.values():
-      os.close(proc.req)
-      os.close(proc.resp)
+      proc.close()
     self._live.clear()
     for w in self._workers:
       if w is not None:

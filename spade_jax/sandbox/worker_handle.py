@@ -26,6 +26,7 @@ _SOURCES = {name: pathlib.Path(module.__file__).read_text() for name, module in
 START_TIMEOUT_S = 10.0
 ACK_TIMEOUT_S = 5.0
 UID_SPAN = 1 << 12
+UID_SLOTS = 16000
 
 
 class WorkerError(RuntimeError):
@@ -35,9 +36,15 @@ class WorkerError(RuntimeError):
 _serial = itertools.count()
 
 
+def uid_base(slot: int) -> int:
+  """The first uid of slot `slot` (0 <= slot < UID_SLOTS): UID_SPAN uids per slot, end to end,
+  far above the uids hosts hand out."""
+  return (1 << 20) + slot * UID_SPAN
+
+
 def _uid_base() -> int:
-  """A fresh range of UID_SPAN uids per worker, far above the uids hosts hand out."""
-  return 1 << 20 | ((os.getpid() * 256 + next(_serial)) % 16000) * UID_SPAN
+  """A fresh range of uids per worker: a slot by the trainer's pid and the worker's serial."""
+  return uid_base((os.getpid() * 256 + next(_serial)) % UID_SLOTS)
 
 
 class WorkerHandle:
@@ -58,7 +65,7 @@ class WorkerHandle:
                extra_dirs=isolation.interpreter_dirs(),
                uid_base=_uid_base() if setup["drop_uid"] else None, uid_span=UID_SPAN,
                scan_strays="pid" in setup["namespaces"] and not setup["seccomp"],
-               private_tmp="mount" in setup["namespaces"])
+               private_mounts="mount" in setup["namespaces"])
     try:
       self.proc = subprocess.Popen(
           [isolation.interpreter(), "-I", "-S", "-c", _SOURCES["zygote"]], stdin=subprocess.PIPE,
@@ -84,7 +91,7 @@ class WorkerHandle:
   def wait_ready(self) -> None:
     """Waits for the zygote's ready message (so several workers can start at once)."""
     try:
-      ready = self._recv(START_TIMEOUT_S)
+      ready, _ = self._recv(START_TIMEOUT_S)
     except (OSError, ValueError, WorkerError) as exc:
       self.stop()
       raise WorkerError(f"worker {self.index} did not start: {exc}") from None
@@ -96,15 +103,16 @@ class WorkerHandle:
   def alive(self) -> bool:
     return self.proc.returncode is None and self.proc.poll() is None
 
-  def _recv(self, timeout_s: float) -> dict:
+  def _recv(self, timeout_s: float) -> tuple[dict, list[int]]:
+    """The next message of the zygote and the descriptors it carries (a fork's pidfd)."""
     poller = select.poll()
     poller.register(self.ctrl, select.POLLIN)
     if not poller.poll(timeout_s * 1000):
       raise WorkerError(f"no answer within {timeout_s:g} s")
-    data = self.ctrl.recv(1 << 16)
+    data, fds, _, _ = socket.recv_fds(self.ctrl, 1 << 16, 1)
     if not data:
       raise WorkerError("control channel closed")
-    return json.loads(data)
+    return json.loads(data), fds
 
   def send_spawn(self) -> tuple[int, int, int]:
     """Asks for one episode process; returns (token, request fd, reply fd), both non-blocking.
@@ -137,15 +145,19 @@ class WorkerHandle:
     self.live.add(token)
     return token, req_w, resp_r
 
-  def receive_acks(self, tokens: list[int]) -> dict[int, str | None]:
-    """token -> None when forked, else why not; raises WorkerError if the zygote is gone."""
+  def receive_acks(self, tokens: list[int]) -> dict[int, tuple[int, str | None]]:
+    """token -> (pidfd, None) when forked, else (-1, why not); raises WorkerError if the
+    zygote is gone. The pidfd is the caller's to close."""
     results = {}
     deadline = time.monotonic() + ACK_TIMEOUT_S
     while len(results) < len(tokens):
-      msg = self._recv(max(0.0, deadline - time.monotonic()))
-      results[msg["token"]] = msg.get("error")
-      if msg.get("error"):
+      msg, fds = self._recv(max(0.0, deadline - time.monotonic()))
+      error = msg.get("error") or (None if len(fds) == 1 else "no pidfd with the fork")
+      if error:
+        for fd in fds:
+          os.close(fd)
         self.live.discard(msg["token"])
+      results[msg["token"]] = (-1, error) if error else (fds[0], None)
     return results
 
   def kill(self, tokens: list[int]) -> None:

@@ -9,7 +9,8 @@ Process tree of one worker (host view):
   episode processes - one per episode or validation, forked from the clean zygote (so
            every environment starts from pristine interpreter state); own session, own
            uid where the host allows it, rlimits, seccomp, stdout/stderr on /dev/null;
-           they talk to the host only over the two pipe ends they were given.
+           they talk to the host only over the two pipe ends they were given. The host
+           gets a pidfd of each (with the fork's acknowledgement) to stop it between calls.
 Configuration (JSON) arrives on stdin; jail.py and runner.py arrive as source in it.
 """
 
@@ -74,8 +75,8 @@ def episode_main(cfg: dict, jail, runner, req: int, resp: int, uid, zygote_pid: 
     req, resp = REQ_FD, RESP_FD
     lim = cfg["limits"]
     jail.set_limits(lim["memory_mb"], lim["cpu_s"], lim["fsize_mb"], lim["nofile"], lim["nproc"])
-    if cfg["private_tmp"]:
-      jail.private_tmp(cfg["tmp_mb"])
+    if cfg["private_mounts"]:
+      jail.private_mounts(cfg["tmp_mb"])
     if uid is not None:
       jail.drop_privileges(uid, uid)
     elif os.geteuid() == 0:  # root of a user namespace: keep no capability there either
@@ -117,6 +118,7 @@ class Zygote:
     self.children: dict[int, int] = {}  # token -> pid
     self.count = 0
     signal.signal(signal.SIGCHLD, self._reap)
+    jail.no_stop_notices(signal.SIGCHLD)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # no KeyboardInterrupt from same-uid episodes
 
   def _reap(self, *_) -> None:
@@ -150,7 +152,14 @@ class Zygote:
     for fd in fds:
       os.close(fd)
     self.children[token] = pid
-    self.ctrl.send(json.dumps({"token": token, "pid": pid}).encode())
+    try:  # the host stops the episode between its calls through this descriptor
+      pidfd = os.pidfd_open(pid)
+    except OSError as exc:
+      self.kill([token])
+      self.ctrl.send(json.dumps({"token": token, "error": f"pidfd_open: {exc}"}).encode())
+      return
+    socket.send_fds(self.ctrl, [json.dumps({"token": token, "pid": pid}).encode()], [pidfd])
+    os.close(pidfd)
 
   def kill(self, tokens) -> None:
     killed = []
