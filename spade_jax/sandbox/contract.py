@@ -42,7 +42,7 @@ DEFAULT_STEP_TIMEOUT_S = 1.0  # wall clock for one step
 DEFAULT_MEMORY_MB = 1024  # address-space cap of an environment's process
 
 SEED_RANGE = 1 << 31  # episode seeds, in training and validation alike, are drawn from [0, this)
-VALIDATION_SEED_COUNT = 4  # fresh random seeds each validation plays every action set on
+VALIDATION_SEED_COUNT = 3  # fresh random seeds each validation plays every action set on
 VALIDATION_STEPS = 4  # random-action steps per validation episode
 MIN_DISTINCT_EPISODES = 2  # fewer distinct episodes over those seeds: flagged as constant
 VALIDATION_LIVE_EPISODES = 64  # validation episodes running at once (each its own process)

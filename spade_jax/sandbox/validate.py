@@ -132,12 +132,12 @@ def validate_sources(pool: trial.EpisodePool, sources: Sequence[str], rules: Rul
       runs[i] = trial.plan(first, draw, oracles[i], first.records[0].info.get("tools"))
   trial.play(pool, sources, [run for i in ready for run in runs[i][1:]])
   for i in ready:
-    results[i] = judge(runs[i], results[i].class_name, draw, rules, oracles[i])
+    results[i] = judge(runs[i], results[i].class_name, rules, oracles[i])
   return results
 
 
-def judge(runs: list[trial.Run], class_name: str, draw: trial.Draw, rules: Rules,
-          has_oracle: bool) -> ValidationResult:
+def judge(runs: list[trial.Run], class_name: str, rules: Rules, has_oracle: bool
+          ) -> ValidationResult:
   """The verdict on one source from the records of its runs."""
   for run in runs:
     run.problem, run.fingerprint, run.total = _judge_run(run, rules)
@@ -147,7 +147,7 @@ def judge(runs: list[trial.Run], class_name: str, draw: trial.Draw, rules: Rules
   trials = [r for r in runs if r.kind == "trial"]
   problem = (guards.tools_problem(first.info.get("tools"), rules.require_tools)
              or _determinism_problem(trials, [r for r in runs if r.kind == "replay"])
-             or _variety_problem(trials, draw, rules.check_constant)
+             or _variety_problem(runs, rules.check_constant)
              or guards.tool_calls_problem(runs, first.info.get("tools"))
              or guards.probe_problem(runs)
              or guards.oracle_problem(runs, has_oracle, rules.require_oracle)
@@ -172,13 +172,17 @@ def _determinism_problem(trials: list[trial.Run], replays: list[trial.Run]) -> s
   return None
 
 
-def _variety_problem(trials: list[trial.Run], draw: trial.Draw, check_constant: bool
-                     ) -> str | None:
-  n = len(draw.seeds)
-  varied = any(len({r.fingerprint for r in trials[k * n:(k + 1) * n]})
-               >= contract.MIN_DISTINCT_EPISODES for k in range(len(draw.action_sets)))
-  if check_constant and not varied:
-    return (f"varied: seeds {list(draw.seeds)} all gave the same episode for the same actions "
+def _variety_problem(runs: list[trial.Run], check_constant: bool) -> str | None:
+  """Unless some actions (an action set, the oracle's, a probe's) gave different episodes on
+  different seeds, the environment looks constant: a hint could memorise it. The oracle's
+  episodes count because random actions may never reveal a hidden state that differs."""
+  groups: dict[tuple, set] = {}
+  for run in runs:
+    if run.kind in ("trial", "oracle", "probe"):
+      groups.setdefault((run.kind, run.set, run.policy), set()).add(run.fingerprint)
+  if check_constant and all(len(f) < contract.MIN_DISTINCT_EPISODES for f in groups.values()):
+    seeds = sorted({run.seed for run in runs if run.kind in ("trial", "oracle", "probe")})
+    return (f"varied: seeds {seeds} all gave the same episode for the same actions "
             "(a constant environment can be memorised)")
   return None
 
