@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
 import re
 from collections.abc import Sequence
 
@@ -173,13 +174,15 @@ def _determinism_problem(trials: list[trial.Run], replays: list[trial.Run]) -> s
 
 
 def _variety_problem(runs: list[trial.Run], check_constant: bool) -> str | None:
-  """Unless some actions (an action set, the oracle's, a probe's) gave different episodes on
-  different seeds, the environment looks constant: a hint could memorise it. The oracle's
-  episodes count because random actions may never reveal a hidden state that differs."""
+  """Unless the same actions (an action set's, a probe's) gave different episodes on different
+  seeds, or the oracle solved them differently, the environment looks constant: a hint
+  could memorise it. The oracle's episodes count with their actions, as random actions may
+  never reveal a hidden state that differs."""
   groups: dict[tuple, set] = {}
   for run in runs:
     if run.kind in ("trial", "oracle", "probe"):
-      groups.setdefault((run.kind, run.set, run.policy), set()).add(run.fingerprint)
+      solution = json.dumps(run.actions) if run.kind == "oracle" else ""
+      groups.setdefault((run.kind, run.set, run.policy), set()).add((run.fingerprint, solution))
   if check_constant and all(len(f) < contract.MIN_DISTINCT_EPISODES for f in groups.values()):
     seeds = sorted({run.seed for run in runs if run.kind in ("trial", "oracle", "probe")})
     return (f"varied: seeds {seeds} all gave the same episode for the same actions "
