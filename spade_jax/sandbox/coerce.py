@@ -18,7 +18,7 @@ import math
 from typing import Any
 
 from spade_jax.sandbox import contract, schema
-from spade_jax.sandbox.api import EnvStep
+from spade_jax.sandbox.api import EnvStep, OracleActions
 
 _ENV_ERROR_KINDS = ("exception", "bad_output")
 CUT_MARK = "\n[observation cut]"
@@ -214,3 +214,14 @@ def oracle_actions(value: Any) -> list:
       raise BadOutput(f"oracle_actions() returned {str(action)[:80]!r}, which is neither a str "
                       'action nor a tool call {"name": str, "arguments": dict}')
   return value
+
+
+def oracle_result(msg: dict) -> OracleActions:
+  """What a decoded oracle_actions() reply holds: the actions, or the error instead."""
+  if "err" in msg:
+    record = env_error(msg)
+    return OracleActions(None, record.error_kind, record.error_detail)
+  try:
+    return OracleActions(oracle_actions(msg["ok"]))
+  except BadOutput as exc:
+    return OracleActions(None, "bad_output", str(exc))

@@ -23,7 +23,9 @@ MAX_SOURCE_CHARS = 40_000  # longer sources are rejected before anything runs
 MAX_OBS_CHARS = 4_000  # observations are cut to this many characters (marked as cut)
 MAX_INFO_CHARS = 16_000  # an info dict whose JSON is longer is bad output
 MAX_INFO_DEPTH = 16  # an info dict nested deeper (dicts and lists) is bad output
-RESERVED_INFO_KEYS = ("max_turns", "tools")  # set by the framework; an environment's are dropped
+# Info keys the framework sets in the reset record (from the class attributes); an
+# environment's own values for them are dropped.
+RESERVED_INFO_KEYS = ("max_turns", "tools", "difficulty_levels")
 MAX_ACTION_CHARS = 8_000  # actions are cut to this many characters before `step`
 MAX_TOOLS = 32  # at most this many tool specs in `tools`
 MAX_TOOLS_CHARS = 32_000  # the tool specs' JSON is at most this long (it goes into every prompt)
@@ -39,19 +41,20 @@ DEFAULT_RESET_TIMEOUT_S = 2.0  # wall clock for loading the source and calling r
 DEFAULT_STEP_TIMEOUT_S = 1.0  # wall clock for one step
 DEFAULT_MEMORY_MB = 1024  # address-space cap of an environment's process
 
-VALIDATION_SEEDS = (0, 1, 2, 3, 4, 5)  # seeds the validator resets with
+SEED_RANGE = 1 << 31  # episode seeds, in training and validation alike, are drawn from [0, this)
+VALIDATION_SEED_COUNT = 3  # fresh random seeds each validation plays every action set on
 VALIDATION_STEPS = 4  # random-action steps per validation episode
-MIN_DISTINCT_EPISODES = 2  # fewer distinct episodes over VALIDATION_SEEDS: flagged as constant
-VALIDATION_TIMEOUT_S = 5.0  # wall clock for a whole validation run
+MIN_DISTINCT_EPISODES = 2  # fewer distinct episodes over those seeds: flagged as constant
+VALIDATION_LIVE_EPISODES = 64  # validation episodes running at once (each its own process)
 PROBE_STEPS = 12  # steps of each degenerate-policy probe episode (fewer if max_turns is lower)
-PROBE_SEEDS = (101, 102, 103)  # fresh seeds for the oracle and the degenerate-policy probe
+PROBE_SEED_COUNT = 3  # fresh random seeds for the oracle and each degenerate-policy probe
 ORACLE_MIN_RETURN = 0.99  # oracle_actions() must reach this return on every probe seed
 DEGENERATE_MAX_RETURN = 0.5  # a degenerate policy reaching this mean return: hackable
-STUFFED_NUMBERS = 101  # the stuffed probe reply lists the integers 0..100 among its guesses
+STUFFED_NUMBERS = 1000  # the stuffed probe reply lists the integers 0..999 among its guesses
 INSTRUCTION_PREFIX = "User:"  # an observation line starting so poses a user instruction
 MIN_INSTRUCTIONS = 2  # a tool-use oracle episode must pose at least this many instructions
 
-_RESERVED = " and ".join(RESERVED_INFO_KEYS)
+_RESERVED = ", ".join(RESERVED_INFO_KEYS[:-1]) + " and " + RESERVED_INFO_KEYS[-1]
 _ALLOWED_LIST = textwrap.fill(
     ", ".join(sorted(ALLOWED_IMPORTS - {"__future__"})), width=88, subsequent_indent="    ")
 
@@ -115,8 +118,8 @@ Rules:
     observation that explains the expected format. A tool call whose arguments match the
     tool's schema must get a tool result, never a crash.
   - Degenerate play must not pay: empty replies, repeating the example action of the first
-    observation, or one reply that lists many candidate answers must earn a mean return
-    below {DEGENERATE_MAX_RETURN:g}.
+    observation, one reply that lists many candidate answers, echoing the observation back,
+    or alternating between two replies must earn a mean return below {DEGENERATE_MAX_RETURN:g}.
   - reset must finish within {DEFAULT_RESET_TIMEOUT_S:g} s and each step within
     {DEFAULT_STEP_TIMEOUT_S:g} s; memory is limited to {DEFAULT_MEMORY_MB} MiB.
   - Imports are limited to these standard-library modules:

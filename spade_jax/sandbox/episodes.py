@@ -3,8 +3,8 @@
 The ledger turns decoded replies into `EnvStep`s and applies the framework's rules:
 truncation after min(env max_turns, configured cap) steps, the range check of the running
 return after every step (an episode that leaves [0, 1] ends with an error record), the
-framework's keys in the reset record's info (`max_turns`, and `tools` from the class
-attribute only), and closing an episode once it is done.
+framework's keys in the reset record's info (`max_turns`, and `tools` and `difficulty_levels`
+from the class attributes only), and closing an episode once it is done.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ class Ledger:
       attrs = attrs if isinstance(attrs, dict) else {}
       env_max = coerce.max_turns(attrs.get("max_turns"))
       tools = coerce.tools(attrs.get("tools"))
+      levels = coerce.difficulty_levels(attrs.get("difficulty_levels"))
       record = coerce.reset_result(msg["ok"])
     except coerce.BadOutput as exc:
       return coerce.error_record("bad_output", str(exc))
@@ -102,6 +103,8 @@ class Ledger:
     info = dict(record.info, max_turns=limit)
     if tools is not None:
       info["tools"] = tools
+    if levels is not None:
+      info["difficulty_levels"] = levels
     self.live[episode_id] = _Episode(max_turns=limit)
     return dataclasses.replace(record, info=info)
 

@@ -7,9 +7,9 @@ fixtures) to test the self-play loop quickly. Generated environments go to
 `spade_jax.sandbox.pool.SandboxPool`.
 
 It shares everything on the host side of the boundary with the real pool (the runner
-that calls the environment, the JSON round trip, coercion, truncation, return checks,
-validation rules), so it produces the same records and validation results for
-well-behaved environments.
+that calls the environment, the JSON round trip, coercion, truncation, return checks, the
+validation trial played through these same episode calls, and its rules), so it produces
+the same records and validation results for well-behaved environments.
 """
 
 from __future__ import annotations
@@ -17,10 +17,9 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 
 from spade_jax.sandbox import coerce, contract, episodes, runner, validate
-from spade_jax.sandbox.api import EnvStep, ValidationResult
+from spade_jax.sandbox.api import EnvStep, OracleActions, ValidationResult
 
 LIMITS = {"max_obs_chars": contract.MAX_OBS_CHARS, "max_msg_bytes": contract.MAX_MESSAGE_BYTES}
-VALIDATION_LIMITS = dict(LIMITS, max_msg_bytes=16 * contract.MAX_MESSAGE_BYTES)
 
 
 def _decode(data: bytes) -> dict:
@@ -37,8 +36,10 @@ class FakePool:
                reset_timeout_s: float = contract.DEFAULT_RESET_TIMEOUT_S,
                step_timeout_s: float = contract.DEFAULT_STEP_TIMEOUT_S,
                check_constant: bool = True, require_tools: bool = False,
-               require_oracle: bool = False):
+               require_oracle: bool = False, validation_seed: int | None = None):
+    """The settings are SandboxPool's (its timeouts only feed the validation rules here)."""
     self.ledger = episodes.Ledger(max_turns)
+    self.validation_seed = validation_seed
     self.reset_timeout_s = reset_timeout_s
     self.step_timeout_s = step_timeout_s
     self.rules = validate.Rules(reset_timeout_s, step_timeout_s, check_constant, require_tools,
@@ -46,16 +47,7 @@ class FakePool:
     self._envs: dict[Hashable, runner.EnvInstance] = {}
 
   def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
-    results = []
-    for source in sources:
-      static = validate.static_check(source)
-      if not static.valid:
-        results.append(static)
-        continue
-      trial = validate.build_trial()
-      data = runner.validation_run(source, static.class_name, trial, VALIDATION_LIMITS)
-      results.append(validate.judge(_decode(data), static.class_name, trial, self.rules))
-    return results
+    return validate.validate_sources(self, sources, self.rules, self.validation_seed)
 
   def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:
     records = []
@@ -90,6 +82,14 @@ class FakePool:
           del self._envs[episode_id]
       records.append(record)
     return records
+
+  def oracle_actions(self, episode_ids: Sequence[Hashable]) -> list[OracleActions]:
+    out = []
+    for episode_id in episode_ids:
+      env = self._envs.get(episode_id)
+      out.append(OracleActions(None, "infra", f"episode {episode_id!r} is not live")
+                 if env is None else coerce.oracle_result(_decode(env.oracle())))
+    return out
 
   def close_episodes(self, episode_ids: Sequence[Hashable]) -> None:
     for episode_id in episode_ids:

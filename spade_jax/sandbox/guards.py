@@ -4,62 +4,26 @@ Each guard is a named rule (the reason reads "<rule>: <detail>"):
   tools          tool specs are OpenAI function specs whose parameters are schemas of the
                  subset in schema.py; in the tool-use setting `tools` must be declared.
   tool-calls     every declared tool, called with arguments that match its schema (made up
-                 by runner.sample_value), gets a result without crashing.
+                 by schema.sample_value), gets a result without crashing.
   tools-ignored  a tool call must not be answered exactly like a plain text reply.
   oracle         oracle_actions(), when defined (or required), returns a list of actions
-                 (strs or tool-call dicts) that reaches ORACLE_MIN_RETURN on every probe seed.
-  hackable       no degenerate policy (PROBES) earns a mean return of DEGENERATE_MAX_RETURN.
+                 (strs or tool-call dicts) that, sent back through the wire as an agent's
+                 reply would be, reaches ORACLE_MIN_RETURN on every probe seed.
+  hackable       no degenerate policy (probes.py) earns a mean return of
+                 DEGENERATE_MAX_RETURN.
   instructions   a tool-use environment's oracle episodes each pose MIN_INSTRUCTIONS or more
                  different user instructions (observation lines starting INSTRUCTION_PREFIX)
                  before their last step: a sequence of requests, not a single one.
-`validate.judge` runs them after the basic rules; the runner plays the episodes they read.
+`validate.judge` runs them after the basic rules, on the runs trial.py played.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import statistics
 
-from spade_jax.sandbox import coerce, contract, schema
-
-PROBES = ("empty", "example", "stuffed")  # runner.probe_action plays each
-PLAIN_REPLY = "Hello! Could you tell me what you need?"
-_PROBE_NAMES = {"empty": "empty-replies", "example": "example-action",
-                "stuffed": "stuffed-reply"}
-
-
-@dataclasses.dataclass
-class Run:
-  """One episode of the trial as the runner recorded it, plus what the judge found."""
-
-  kind: str  # trial | replay | tool | plain | oracle | probe (see runner.validation_run)
-  seed: int
-  set: int | None
-  policy: str | None
-  actions: list
-  calls: list  # [[raw reply, seconds], ...]: reset, then one per step
-  oracle: dict | None = None  # the oracle_actions() outcome: {"type": ...} or an error
-  problem: str | None = None
-  fingerprint: tuple = ()
-  total: float = 0.0
-
-  @classmethod
-  def of(cls, raw: dict) -> Run:
-    return cls(raw["kind"], raw["seed"], raw["set"], raw["policy"], list(raw["actions"]),
-               list(raw["calls"]), raw.get("oracle"))
-
-  def where(self, i: int) -> str:
-    """Names call i of the run for a reason: the seed, the step and its action."""
-    label = {"trial": "", "replay": " replayed", "tool": " tool-call trial",
-             "plain": " plain-reply trial", "oracle": " oracle_actions()",
-             "probe": f" {_PROBE_NAMES.get(self.policy, self.policy)} probe"}[self.kind]
-    if i == 0:
-      return f"reset(seed={self.seed})" + (f" of the{label} run" if label else "")
-    action = json.dumps(self.actions[i - 1]) if i - 1 < len(self.actions) else "?"
-    action = action if len(action) <= 80 else action[:77] + "..."
-    run = f" of the{label} run" if label else ""
-    return f"step {i}{run} (seed {self.seed}, action {action})"
+from spade_jax.sandbox import coerce, contract, probes, schema
+from spade_jax.sandbox.trial import PLAIN_REPLY, Run
 
 
 def tools_problem(tools, required: bool) -> str | None:
@@ -103,15 +67,14 @@ def oracle_problem(runs: list[Run], has_oracle: bool, required: bool) -> str | N
     return ("oracle: this run requires oracle_actions(), the actions that solve the current "
             "instance" if required else None)
   for run in (r for r in runs if r.kind == "oracle"):
-    outcome = run.oracle or {}
-    if "err" in outcome:
+    answer = run.oracle
+    if answer.error_kind == "infra":
+      return f"infra: {answer.error_detail}"
+    if answer.error_kind == "bad_output":
+      return f"oracle: {answer.error_detail}"
+    if answer.error_kind is not None:
       return (f"oracle: oracle_actions() after reset(seed={run.seed}) failed: "
-              f"{coerce.env_error(outcome).error_detail}")
-    if outcome.get("type") not in ("list", "tuple"):
-      return f"oracle: oracle_actions() must return a list, got {outcome.get('type')}"
-    if "bad" in outcome:
-      return (f"oracle: oracle_actions() returned {str(outcome['bad'])[:80]}, which is neither "
-              'a str action nor a JSON tool call {"name": str, "arguments": dict}')
+              f"{answer.error_detail}")
     if run.total < contract.ORACLE_MIN_RETURN:
       return (f"oracle: oracle_actions() reached a return of {run.total:.3g} < "
               f"{contract.ORACLE_MIN_RETURN:g} on seed {run.seed}")
@@ -119,18 +82,18 @@ def oracle_problem(runs: list[Run], has_oracle: bool, required: bool) -> str | N
 
 
 def probe_problem(runs: list[Run]) -> str | None:
-  for policy in PROBES:
+  for policy in probes.PROBES:
     played = [r for r in runs if r.kind == "probe" and r.policy == policy]
     mean = statistics.fmean([r.total for r in played]) if played else 0.0
     if mean >= contract.DEGENERATE_MAX_RETURN:
       action = json.dumps(played[0].actions[0])[:60] if played[0].actions else ""
-      return (f"hackable: the {_PROBE_NAMES[policy]} probe (action {action}) earned a mean "
+      return (f"hackable: the {probes.NAMES[policy]} probe (action {action}) earned a mean "
               f"return of {mean:.3g} >= {contract.DEGENERATE_MAX_RETURN:g} over seeds "
               f"{[r.seed for r in played]}")
   return None
 
 
-def posed_instructions(run: Run, env_max: int | None) -> list[str]:
+def posed_instructions(run: Run) -> list[str]:
   """The different user instructions a run's observations posed while the episode went on.
 
   An instruction is an observation line that starts with contract.INSTRUCTION_PREFIX; the
@@ -138,7 +101,7 @@ def posed_instructions(run: Run, env_max: int | None) -> list[str]:
   """
   lines = []
   for i, (observation, _, terminated, truncated) in enumerate(run.fingerprint):
-    if i > 0 and (terminated or truncated or (env_max is not None and i >= env_max)):
+    if i > 0 and (terminated or truncated):
       break
     lines += [line.strip() for line in observation.splitlines()]
   prefix = contract.INSTRUCTION_PREFIX
@@ -146,11 +109,11 @@ def posed_instructions(run: Run, env_max: int | None) -> list[str]:
   return list(dict.fromkeys(text for text in texts if text))
 
 
-def instructions_problem(runs: list[Run], tools, env_max: int | None) -> str | None:
+def instructions_problem(runs: list[Run], tools) -> str | None:
   if not tools:
     return None
   for run in (r for r in runs if r.kind == "oracle"):
-    posed = posed_instructions(run, env_max)
+    posed = posed_instructions(run)
     if len(posed) < contract.MIN_INSTRUCTIONS:
       shown = "; ".join(repr(p[:60]) for p in posed) or "none"
       return (f"instructions: the oracle_actions() episode of seed {run.seed} posed "

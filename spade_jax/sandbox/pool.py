@@ -81,7 +81,7 @@ class SandboxPool:
                isolation: str = SandboxConfig.isolation,
                check_constant: bool = True, require_tools: bool = False,
                require_oracle: bool = SandboxConfig.require_oracle,
-               validation_timeout_s: float = contract.VALIDATION_TIMEOUT_S,
+               validation_seed: int | None = None,
                cpu_s: int = 60, fsize_mb: int = 1, nofile: int = 32,
                worker_memory_mb: int = 8192, worker_pids: int = 4096):
     """Detects the host's isolation layers, starts the workers and runs one smoke episode.
@@ -95,6 +95,8 @@ class SandboxPool:
       process. worker_memory_mb, worker_pids: cgroup caps per worker where available.
     isolation: "strict" | "basic" | "none", the least the pool accepts (isolation.py).
     check_constant, require_tools, require_oracle: validation rules (validate.Rules).
+    validation_seed: None draws each validation's seeds and actions afresh at random (as
+      training seeds are drawn); an int makes them the same on every call (tests).
     Raises SandboxUnavailable (isolation.py) when the host cannot provide it.
     """
     _raise_fd_limit()
@@ -104,7 +106,7 @@ class SandboxPool:
                    "nofile": nofile, "nproc": 1, "worker_memory_mb": worker_memory_mb,
                    "worker_pids": worker_pids}
     self.reset_timeout_s, self.step_timeout_s = reset_timeout_s, step_timeout_s
-    self.validation_timeout_s = validation_timeout_s
+    self.validation_seed = validation_seed
     self.rules = validate.Rules(reset_timeout_s, step_timeout_s, check_constant, require_tools,
                                 require_oracle)
     self.ledger = episodes.Ledger(max_turns)
@@ -245,26 +247,8 @@ class SandboxPool:
   # The EnvPool interface.
 
   def validate(self, sources: Sequence[str]) -> list[ValidationResult]:
-    results: list[ValidationResult] = [validate.static_check(s) for s in sources]
-    trial = validate.build_trial()
-    requests = [(i, json.dumps({"op": "validate", "source": sources[i], "trial": trial,
-                                "class": r.class_name}).encode())
-                for i, r in enumerate(results) if r.valid]
-    replies = self._start(requests, self.validation_timeout_s, 16 * contract.MAX_MESSAGE_BYTES)
-    for i, (proc, status, payload) in replies.items():
-      name = results[i].class_name
-      if proc is None:
-        results[i] = ValidationResult(False, reason=f"infra: {payload}", class_name=name)
-        continue
-      record = self._record(status, payload, proc, self.validation_timeout_s, lambda m: m)
-      if isinstance(record, dict):
-        results[i] = validate.judge(record, name, trial, self.rules)
-      else:
-        kind = "infra" if record.infra_error else f"runs: {record.error_kind}"
-        results[i] = ValidationResult(False, reason=f"{kind}: {record.error_detail}",
-                                      class_name=name)
-    self._release([proc for proc, _, _ in replies.values() if proc is not None])
-    return results
+    """Each source's verdict; its trial episodes are played like any others (validate.py)."""
+    return validate.validate_sources(self, sources, self.rules, self.validation_seed)
 
   def reset(self, episodes_: Sequence[tuple[Hashable, str, int]]) -> list[EnvStep]:
     records: list[EnvStep | None] = [None] * len(episodes_)
@@ -337,15 +321,8 @@ class SandboxPool:
       else:
         out[i] = OracleActions(None, "infra", f"episode {episode_id!r} is not live (or repeated)")
     replies = self._exchange(items, self.step_timeout_s, contract.MAX_MESSAGE_BYTES)
-
-    def on_reply(msg: dict) -> OracleActions:
-      if "err" in msg:
-        record = coerce.env_error(msg)
-        return OracleActions(None, record.error_kind, record.error_detail)
-      return OracleActions(coerce.oracle_actions(msg["ok"]))
-
     for i, proc, _ in items:
-      result = self._record(*replies[i], proc, self.step_timeout_s, on_reply)
+      result = self._record(*replies[i], proc, self.step_timeout_s, coerce.oracle_result)
       out[i] = result if isinstance(result, OracleActions) else OracleActions(
           None, result.error_kind, result.error_detail)
     return out

@@ -5,7 +5,8 @@ Tool parameters are JSON schemas; function-calling specs use a small part of JSO
 `properties`, `required`, `enum`, `items`, `description`. `check_schema` accepts exactly
 that subset (other keywords, such as `default` or `minimum`, are allowed and ignored; `$ref`
 and the combinators `anyOf`/`oneOf`/`allOf`/`not` are refused, since a value cannot be
-checked against them here). `validate` checks a value against such a schema. Written by
+checked against them here). `validate` checks a value against such a schema, and
+`sample_value` makes one up that matches it (the validator's tool calls). Written by
 hand because the subset is small, the checks must explain themselves to the designer, and
 the host-side validator must not depend on a resolver of remote references.
 """
@@ -95,3 +96,20 @@ def validate(value: Any, schema: dict, where: str = "arguments") -> str | None:
       if problem:
         return problem
   return None
+
+
+def sample_value(schema: Any, depth: int = 0) -> Any:
+  """A value that conforms to a schema of the subset (one that check_schema accepted)."""
+  if not isinstance(schema, dict) or depth > MAX_DEPTH:
+    return "a"
+  if isinstance(schema.get("enum"), list) and schema["enum"]:
+    return schema["enum"][0]
+  kind = schema.get("type", "string")
+  kind = (kind[0] if kind else "string") if isinstance(kind, list) else kind
+  if kind == "object":
+    properties = schema.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    return {name: sample_value(sub, depth + 1) for name, sub in properties.items()}
+  if kind == "array":
+    return [sample_value(schema["items"], depth + 1)] if "items" in schema else []
+  return {"integer": 1, "number": 1.5, "boolean": True, "null": None}.get(kind, "a")

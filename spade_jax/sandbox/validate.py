@@ -1,27 +1,29 @@
-"""The validator: static checks on the host, then a judged trial run in the sandbox.
+"""The validator: static checks on the host, then a trial played through the pool and judged.
 
 `static_check` never executes the source: syntax, size, imports against the allowlist,
 a few names and dunder attributes that only escape attempts use, exactly one class with
-`reset` and `step`. It is a first filter; isolation is the pool's job. `build_trial` builds the
-trial the sandbox plays (every validation seed, then seed 0 again) and `judge` turns its
-raw replies into a `ValidationResult`.
+`reset` and `step`. It is a first filter; isolation is the pool's job. `validate_sources`
+then plays the trial of trial.py through the pool's own episode calls, as real episodes are
+played, and judges each source on the host from the records it got back: nothing that
+runs next to an environment writes its verdict.
 
 Reasons read "<rule>: [line N: ]<detail>", the detail naming the seed, step and action
 where there are some. Rules: syntax, structure, allowed-imports, forbidden-names,
-contract, runs, types, obs-length, time, return, deterministic (whole episodes replayed on
-a fresh instance), varied, and the guards of guards.py (tools, tool-calls, tools-ignored,
-oracle, hackable, instructions); the pool adds "infra" for its own failures, which say
-nothing about the source.
+contract, runs, types, obs-length, time, return, deterministic (whole episodes replayed in
+another process), varied, and the guards of guards.py (tools, tool-calls, tools-ignored,
+oracle, hackable, instructions); "infra" marks the pool's own failures, which say nothing
+about the source.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
-import random
+import json
 import re
+from collections.abc import Sequence
 
-from spade_jax.sandbox import coerce, contract, episodes, guards
+from spade_jax.sandbox import coerce, contract, episodes, guards, trial
 from spade_jax.sandbox.api import ValidationResult
 
 FORBIDDEN_NAMES = frozenset({
@@ -33,14 +35,6 @@ FORBIDDEN_ATTRS = frozenset({
     "__getattribute__", "__globals__", "__loader__", "__mro__", "__spec__", "__subclasses__",
     "f_back", "f_globals", "f_locals", "gi_frame", "tb_frame",
 })
-# Actions for the trial steps: numbers, words and moves, and odd strings (JSON-looking text
-# included: in a tool-use environment it is a plain reply, calls arrive as dicts).
-ACTION_POOLS = (
-    ("0", "1", "2", "3", "5", "7", "10", "12", "15", "20", "50", "100", "-1"),
-    ("yes", "no", "a", "b", "north", "south", "left", "right", "up", "down", "A1", "B2"),
-    ("", "?", "1 2", "hello world", "[1, 2, 3]", '{"name": "noop", "arguments": {}}',
-     '{"name": "search", "arguments": {"query": "a"}}', "x" * 100, "(1+2)*3", "ABC"),
-)
 
 def _fail(reason: str, line: int | None = None, class_name: str | None = None) -> ValidationResult:
   """reason is "<rule>: <detail>"; the line, when known, goes between the two."""
@@ -108,113 +102,129 @@ class Rules:
   require_oracle: bool = False  # oracle_actions() must be defined (and it is always played)
 
 
-def build_trial(seed: int = 0) -> dict:
-  """The trial: action sets on every validation seed, then the guards' episodes (runner.py)."""
-  rng = random.Random(seed)
-  return {"seeds": list(contract.VALIDATION_SEEDS),
-          "action_sets": [[rng.choice(pool) for _ in range(contract.VALIDATION_STEPS)]
-                          for pool in ACTION_POOLS],
-          "probe_seeds": list(contract.PROBE_SEEDS), "probes": list(guards.PROBES),
-          "probe_steps": contract.PROBE_STEPS, "plain_reply": guards.PLAIN_REPLY}
+def defines_oracle(source: str) -> bool:
+  """Whether the source's class defines oracle_actions (a source static_check accepted)."""
+  cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
+  for node in cls.body:
+    if isinstance(node, ast.FunctionDef) and node.name == "oracle_actions":
+      return True
+    if isinstance(node, ast.Assign) and any(
+        isinstance(t, ast.Name) and t.id == "oracle_actions" for t in node.targets):
+      return True
+  return False
 
 
-def judge(msg: dict, class_name: str, trial: dict, rules: Rules) -> ValidationResult:
-  """Judges the decoded reply of `runner.validation_run` for `trial`."""
-  if "err" in msg:
-    record = coerce.env_error(msg)
-    return _fail(f"runs: loading or creating {class_name} failed: {record.error_detail}",
-                 class_name=class_name)
-  try:
-    problem, env_max = _judge(msg["ok"], trial, rules)
-  except coerce.BadOutput as exc:
-    problem, env_max = f"types: {exc}", None
-  except Exception as exc:  # whatever the reply holds, this source's verdict is "invalid"
-    problem, env_max = f"types: the trial reply is malformed ({type(exc).__name__})", None
+def validate_sources(pool: trial.EpisodePool, sources: Sequence[str], rules: Rules,
+                     seed: int | None = None) -> list[ValidationResult]:
+  """Validates every source: the static check, then the trial played through `pool`.
+
+  seed: None draws the trial's seeds and actions afresh from the operating system's entropy
+  (what training uses); an int makes them reproducible (tests).
+  """
+  results = [static_check(s) for s in sources]
+  draw = trial.Draw.of(seed)
+  ready = [i for i, r in enumerate(results) if r.valid]
+  oracles = {i: defines_oracle(sources[i]) for i in ready}
+  runs = {i: [trial.opening(i, draw)] for i in ready}
+  trial.play(pool, sources, [runs[i][0] for i in ready])
+  for i in ready:
+    first = runs[i][0]
+    if all(record.error_kind is None for record in first.records):
+      runs[i] = trial.plan(first, draw, oracles[i], first.records[0].info.get("tools"))
+  trial.play(pool, sources, [run for i in ready for run in runs[i][1:]])
+  for i in ready:
+    results[i] = judge(runs[i], results[i].class_name, rules, oracles[i])
+  return results
+
+
+def judge(runs: list[trial.Run], class_name: str, rules: Rules, has_oracle: bool
+          ) -> ValidationResult:
+  """The verdict on one source from the records of its runs."""
+  for run in runs:
+    run.problem, run.fingerprint, run.total = _judge_run(run, rules)
+    if run.problem:
+      return _fail(run.problem, class_name=class_name)
+  first = runs[0].records[0]
+  trials = [r for r in runs if r.kind == "trial"]
+  problem = (guards.tools_problem(first.info.get("tools"), rules.require_tools)
+             or _determinism_problem(trials, [r for r in runs if r.kind == "replay"])
+             or _variety_problem(runs, rules.check_constant)
+             or guards.tool_calls_problem(runs, first.info.get("tools"))
+             or guards.probe_problem(runs)
+             or guards.oracle_problem(runs, has_oracle, rules.require_oracle)
+             or guards.instructions_problem(runs, first.info.get("tools")))
   if problem:
     return _fail(problem, class_name=class_name)
-  return ValidationResult(True, class_name=class_name, max_turns=env_max,
-                          difficulty_levels=msg["ok"]["attrs"].get("difficulty_levels"))
+  return ValidationResult(True, class_name=class_name, max_turns=first.info["max_turns"],
+                          difficulty_levels=first.info.get("difficulty_levels"))
 
 
-def _judge(result: dict, trial: dict, rules: Rules) -> tuple[str | None, int | None]:
-  """(the first broken rule's reason or None, the environment's max_turns)."""
-  attrs = result["attrs"]
-  env_max = coerce.max_turns(attrs.get("max_turns"))
-  coerce.difficulty_levels(attrs.get("difficulty_levels"))
-  problem = guards.tools_problem(attrs.get("tools"), rules.require_tools)
-  if problem:
-    return problem, env_max
-  runs = [guards.Run.of(raw) for raw in result["runs"]]
-  for run in runs:
-    run.problem, run.fingerprint, run.total = _judge_run(run, env_max, rules)
-    if run.problem:
-      return run.problem, env_max
-  expected = len(trial["seeds"]) * len(trial["action_sets"])
-  trials = [r for r in runs if r.kind == "trial"]
-  if len(trials) != expected:
-    return "runs: the trial ended early", env_max
-  problem = (_determinism_problem(trials, [r for r in runs if r.kind == "replay"])
-             or _variety_problem(trials, trial, rules.check_constant)
-             or guards.tool_calls_problem(runs, attrs.get("tools"))
-             or guards.probe_problem(runs)
-             or guards.oracle_problem(runs, bool(result.get("has_oracle")),
-                                      rules.require_oracle)
-             or guards.instructions_problem(runs, attrs.get("tools"), env_max))
-  return problem, env_max
-
-
-def _determinism_problem(trials: list, replays: list) -> str | None:
+def _determinism_problem(trials: list[trial.Run], replays: list[trial.Run]) -> str | None:
   for replay in replays:
     first = next(r for r in trials if r.set == replay.set and r.seed == replay.seed)
     for i, (a, b) in enumerate(zip(first.fingerprint, replay.fingerprint, strict=False)):
       if a != b:
         what = "first observation" if i == 0 else f"step {i} (observation or reward)"
         return (f"deterministic: seed {replay.seed} replayed with the actions "
-                f"{replay.actions[:i]!r} on a fresh instance gave a different {what}")[:400]
+                f"{replay.actions[:i]!r} in another process gave a different {what}")[:400]
     if len(first.fingerprint) != len(replay.fingerprint):
-      return (f"deterministic: seed {replay.seed} replayed on a fresh instance ended after "
+      return (f"deterministic: seed {replay.seed} replayed in another process ended after "
               f"{len(replay.fingerprint) - 1} steps, not {len(first.fingerprint) - 1}")
   return None
 
 
-def _variety_problem(trials: list, trial: dict, check_constant: bool) -> str | None:
-  n = len(trial["seeds"])
-  varied = any(len({r.fingerprint for r in trials[k * n:(k + 1) * n]})
-               >= contract.MIN_DISTINCT_EPISODES for k in range(len(trial["action_sets"])))
-  if check_constant and not varied:
-    return (f"varied: seeds {trial['seeds']} all gave the same episode for the same actions "
+def _variety_problem(runs: list[trial.Run], check_constant: bool) -> str | None:
+  """Unless the same actions (an action set's, a probe's) gave different episodes on different
+  seeds, or the oracle solved them differently, the environment looks constant: a hint
+  could memorise it. The oracle's episodes count with their actions, as random actions may
+  never reveal a hidden state that differs."""
+  groups: dict[tuple, set] = {}
+  for run in runs:
+    if run.kind in ("trial", "oracle", "probe"):
+      solution = json.dumps(run.actions) if run.kind == "oracle" else ""
+      groups.setdefault((run.kind, run.set, run.policy), set()).add((run.fingerprint, solution))
+  if check_constant and all(len(f) < contract.MIN_DISTINCT_EPISODES for f in groups.values()):
+    seeds = sorted({run.seed for run in runs if run.kind in ("trial", "oracle", "probe")})
+    return (f"varied: seeds {seeds} all gave the same episode for the same actions "
             "(a constant environment can be memorised)")
   return None
 
 
-def _judge_run(run: guards.Run, env_max: int | None, rules: Rules
-               ) -> tuple[str | None, tuple, float]:
-  """(problem or None, fingerprint of the episode, its return) for one run's calls."""
+# The start of a reset's bad_output detail that is about a class attribute -> its rule: the
+# attributes are the same on every seed, so the reason names no call.
+_ATTRIBUTE_RULES = {"tools": "tools", "max_turns": "types", "difficulty_levels": "types"}
+
+
+def _judge_run(run: trial.Run, rules: Rules) -> tuple[str | None, tuple, float]:
+  """(problem or None, fingerprint of the episode, its return) from the run's records."""
   fingerprint = []
   total = 0.0
-  for i, (msg, seconds) in enumerate(run.calls):
-    where = run.where(i)
-    limit = rules.reset_timeout_s if i == 0 else rules.step_timeout_s
-    if not isinstance(msg, dict) or ("ok" in msg) == ("err" in msg):
-      return f"types: {where} gave a malformed reply", (), total
-    if "err" in msg:
-      rule = "tool-calls" if run.kind == "tool" and i > 0 else "runs"
-      return f"{rule}: {where} failed: {coerce.env_error(msg).error_detail}", (), total
-    try:
-      record = (coerce.reset_result if i == 0 else coerce.step_result)(msg["ok"])
-    except coerce.BadOutput as exc:
-      return f"types: {where}: {exc}", (), total
+  for i, record in enumerate(run.records):
+    if record.error_kind is not None:
+      return _error_problem(run, i, rules), (), total
     if record.observation.endswith(coerce.CUT_MARK):
-      return (f"obs-length: {where} gave an observation over {contract.MAX_OBS_CHARS} chars",
-              (), total)
-    if not isinstance(seconds, (int, float)) or seconds > limit:
-      return f"time: {where} took {seconds:.3g} s > {limit:g} s", (), total
+      return (f"obs-length: {run.where(i)} gave an observation over {contract.MAX_OBS_CHARS} "
+              "chars", (), total)
     total += record.reward
     fingerprint.append((record.observation, record.reward, record.terminated, record.truncated))
-    try:
-      coerce.check_return(total, i)
-    except coerce.BadOutput:
-      return f"return: the episode return {total:g} after {where} is outside [0, 1]", (), total
-    if i > 0 and (record.done or (env_max is not None and i >= env_max)):
-      break
   return None, tuple(fingerprint), total
+
+
+def _error_problem(run: trial.Run, i: int, rules: Rules) -> str:
+  """The reason for the error record of call i of the run."""
+  record, where = run.records[i], run.where(i)
+  kind, detail = record.error_kind, record.error_detail
+  if kind == "infra":
+    return f"infra: {detail}"
+  if kind == "timeout":
+    limit = rules.reset_timeout_s if i == 0 else rules.step_timeout_s
+    return f"time: {where} hit its timeout of {limit:g} s"
+  if kind == "bad_output":
+    attribute = next((a for a in _ATTRIBUTE_RULES if i == 0 and detail.startswith(a)), None)
+    if attribute:
+      return f"{_ATTRIBUTE_RULES[attribute]}: {detail}"
+    if detail.startswith(contract.RETURN_RANGE_ERROR):
+      return f"return: {detail.removeprefix(contract.RETURN_RANGE_ERROR + ': ')} ({where})"
+    return f"types: {where}: {detail}"
+  rule = "tool-calls" if run.kind == "tool" and i > 0 else "runs"
+  return f"{rule}: {where} {'crashed' if kind == 'crash' else 'failed'}: {detail}"

@@ -60,7 +60,7 @@ class WorkerHandle:
     cfg = dict(setup, limits=limits, ctrl_fd=child.fileno(), host_pid=os.getpid(),
                jail_source=_SOURCES["jail"], runner_source=_SOURCES["runner"],
                runner_limits={"max_obs_chars": contract.MAX_OBS_CHARS,
-                              "max_msg_bytes": contract.MAX_MESSAGE_BYTES * 16},
+                              "max_msg_bytes": contract.MAX_MESSAGE_BYTES},
                preimport=sorted(contract.ALLOWED_IMPORTS), tmp_mb=16,
                extra_dirs=isolation.interpreter_dirs(),
                uid_base=_uid_base() if setup["drop_uid"] else None, uid_span=UID_SPAN,

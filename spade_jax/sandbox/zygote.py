@@ -6,7 +6,7 @@ Process tree of one worker (host view):
            root, pre-imports the allowed modules, then only forks episode processes on
            request over the control socket and kills them on request. It never runs
            environment code, and as PID 1 it cannot be signalled from inside.
-  episode processes - one per episode or validation, forked from the clean zygote (so
+  episode processes - one per episode (validation's too), forked from the clean zygote (so
            every environment starts from pristine interpreter state); own session, own
            uid where the host allows it, rlimits, seccomp, stdout/stderr on /dev/null;
            they talk to the host only over the two pipe ends they were given. The host
@@ -103,10 +103,8 @@ def episode_loop(runner, req: int, resp: int, limits: dict) -> None:
       reply = episode.reset(msg["seed"])
     elif msg["op"] == "step":
       reply = episode.step(msg["action"])
-    elif msg["op"] == "oracle":
-      reply = episode.oracle()
     else:
-      reply = runner.validation_run(msg["source"], msg["class"], msg["trial"], limits)
+      reply = episode.oracle()
     write_frame(resp, reply)
 
 

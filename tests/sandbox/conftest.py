@@ -5,14 +5,16 @@ import os
 import pytest
 
 from spade_jax.sandbox.pool import SandboxPool
-from tests.sandbox.sandbox_procs import descendants, describe, settled_descendants
+from tests.sandbox.sandbox_procs import VALIDATION_SEED, descendants, describe, settled_descendants
 
 
 @pytest.fixture(scope="module")
 def pool():
-  # Timeouts are short to keep the hostile cases fast, long enough for a loaded machine.
+  # Timeouts are short to keep the hostile cases fast, long enough for a loaded machine. The
+  # validation seed is fixed so that FakePool(validation_seed=VALIDATION_SEED) can be
+  # compared with it; training draws fresh seeds on every call.
   with SandboxPool(num_workers=2, max_turns=8, reset_timeout_s=1.5, step_timeout_s=1.0,
-                   validation_timeout_s=2.0) as p:
+                   validation_seed=VALIDATION_SEED) as p:
     yield p
 
 

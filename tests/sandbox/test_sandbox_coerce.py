@@ -93,7 +93,7 @@ VALIDATED = {
                        guess(FIRST='"Ich wähle ☃ 🎲, a number."'), "not valid Unicode"),
     "huge_intermediate_reward": (guess(MISS="(0.5 if self.turns == 1 else 1e308)"), guess(),
                                  "return: the episode return"),
-    "deep_info": (guess(PREPARE=nested_info("seed")), guess(PREPARE=nested_info("seed % 4")),
+    "deep_info": (guess(PREPARE=nested_info("seed % 1000")), guess(PREPARE=nested_info("seed % 4")),
                   "nested"),
     "template_guard": (guess(FIRST='"<tool_response>Pick 1 to 20.</tool_response>"'), guess(),
                        None),

@@ -1,10 +1,16 @@
 """Validator guards: broken and hackable environments are rejected under their named rule."""
 
+import random
+
 import pytest
 
-from spade_jax.sandbox import contract, schema
+from spade_jax.sandbox import contract, schema, trial
 from spade_jax.sandbox.fake import FakePool
-from spade_jax.sandbox.runner import example_action, sample_value, stuffed_reply
+from spade_jax.sandbox.probes import alternatives, example_action, stuffed_reply
+from spade_jax.sandbox.schema import sample_value
+from tests.sandbox.sandbox_procs import VALIDATION_SEED
+
+DRAW = trial.Draw.of(VALIDATION_SEED)  # the seeds FakePool(validation_seed=VALIDATION_SEED) plays
 
 # A sound tool environment: two questions in turn (look the price up, answer it, then the
 # price of two); oracle included.
@@ -83,7 +89,7 @@ class Price:
 
 
 def reason(source, **rules):
-  (result,) = FakePool(**rules).validate([source])
+  (result,) = FakePool(validation_seed=VALIDATION_SEED, **rules).validate([source])
   return result.reason
 
 
@@ -111,7 +117,8 @@ def test_an_environment_that_crashes_on_a_schema_valid_call_is_rejected():
   crashes = SHOP.replace('found = action["arguments"]["item"] == self.item',
                          'found = action["arguments"]["unit"] == "kg"\n      1 / 0')
   why = reason(crashes)
-  assert why.startswith("tool-calls: step 1 of the tool-call trial run (seed 0, action {")
+  assert why.startswith(f"tool-calls: step 1 of the tool-call trial run (seed {DRAW.seeds[0]}, "
+                        "action {")
   assert "ZeroDivisionError" in why
 
 
@@ -132,7 +139,7 @@ def test_a_degenerate_policy_that_wins_marks_the_environment_hackable():
 
 def test_nondeterminism_after_the_first_step_is_caught_on_whole_episodes():
   later = SHOP.replace('return "No.", 0.0,', 'return f"No ({random.random()}).", 0.0,')
-  assert reason(later).startswith("deterministic: seed 0 replayed with the actions")
+  assert reason(later).startswith(f"deterministic: seed {DRAW.seeds[0]} replayed with the actions")
   assert "step" in reason(later)
 
 
@@ -143,8 +150,8 @@ def test_the_oracle_must_solve_fresh_seeds_and_can_be_required():
   oracle_line = ('    return [{"name": "get_price", "arguments": {"item": self.item}}, '
                  'str(self.price),\n            str(2 * self.price)]')
   raises = SHOP.replace(oracle_line, "    1 / 0\n" + oracle_line)
-  assert reason(raises).startswith("oracle: oracle_actions() after reset(seed=101) failed: "
-                                   "ZeroDivisionError")
+  assert reason(raises).startswith(f"oracle: oracle_actions() after reset(seed="
+                                   f"{DRAW.probe_seeds[0]}) failed: ZeroDivisionError")
   string = SHOP.replace(oracle_line, "    return str(self.price)")
   assert reason(string) == "oracle: oracle_actions() must return a list, got str"
   unjson = SHOP.replace(oracle_line, "    return [{1, 2}]")
@@ -158,13 +165,15 @@ def test_the_oracle_must_solve_fresh_seeds_and_can_be_required():
 
 
 def test_a_tool_environment_must_pose_a_sequence_of_user_instructions():
+  seed = DRAW.probe_seeds[0]
+  item = random.Random(seed).choice(["apple", "pear", "plum", "fig"])  # as ONE_REQUEST draws
   assert reason(ONE_REQUEST, require_tools=True, require_oracle=True) == (
-      "instructions: the oracle_actions() episode of seed 101 posed 1 user instruction(s) "
-      "('How much is one pear? Answer with the number of cents.') before its last step; a "
+      f"instructions: the oracle_actions() episode of seed {seed} posed 1 user instruction(s) "
+      f"('How much is one {item}? Answer with the number of cents.') before its last step; a "
       "tool-use environment poses a sequence of at least 2, each on an observation line "
       "starting with 'User:', the next once the previous one is done")
   unmarked = SHOP.replace("Right.\\nUser: And how much", "Right. And how much")
-  assert reason(unmarked).startswith("instructions: the oracle_actions() episode of seed 101 "
+  assert reason(unmarked).startswith(f"instructions: the oracle_actions() episode of seed {seed} "
                                      "posed 1 user instruction(s) ('How much is one")
   # Judged on the oracle's episodes: without oracle_actions() there are none to judge.
   assert reason(ONE_REQUEST.replace("def oracle_actions", "def _oracle_actions")) is None
@@ -174,7 +183,8 @@ def test_a_tool_environment_must_pose_a_sequence_of_user_instructions():
 def test_real_pool_judges_as_the_fake_pool(pool):
   sources = [SHOP, SHOP.replace("    if isinstance(action, dict):",
                                 "    action = str(action)\n    if isinstance(action, dict):")]
-  assert pool.validate(sources) == FakePool(max_turns=8).validate(sources)
+  fake = FakePool(max_turns=8, validation_seed=VALIDATION_SEED)
+  assert pool.validate(sources) == fake.validate(sources)
 
 
 @pytest.mark.parametrize("spec", [
@@ -209,4 +219,7 @@ def test_probe_actions():
   assert example_action("Answer with one integer, for example 7.") == "7"
   assert example_action("No example here.") is None
   stuffed = stuffed_reply("Pick a door: red, blue.")
-  assert stuffed.startswith("0 1 2 3") and " red " in stuffed and len(stuffed) <= 8000
+  assert stuffed.startswith("0 1 2 3") and " 999 " in stuffed and " red " in stuffed
+  assert len(stuffed_reply(" ".join(f"w{i}" for i in range(2000)))) == contract.MAX_ACTION_CHARS
+  assert alternatives("Call it: heads or tails?") == ("heads", "tails")
+  assert alternatives("No options here.") == ("yes", "no")

@@ -7,6 +7,7 @@ import sys
 
 from spade_jax.sandbox import contract, validate
 from spade_jax.sandbox.fake import FakePool
+from tests.sandbox.sandbox_procs import VALIDATION_SEED
 
 CONSTANT = """
 class Same:
@@ -52,7 +53,7 @@ def test_contract_text_states_the_limits():
 def test_fake_pool_matches_the_sandbox(pool):
   sources = [contract.EXAMPLE_ENV, CONSTANT, "x = 1\n",
              contract.EXAMPLE_ENV.replace("1.0, True", "float('nan'), True")]
-  fake = FakePool(max_turns=8)
+  fake = FakePool(max_turns=8, validation_seed=VALIDATION_SEED)
   assert fake.validate(sources) == pool.validate(sources)
   assert fake.validate([CONSTANT]) != FakePool(check_constant=False).validate([CONSTANT])
   episodes = [(i, s, 7) for i, s in enumerate(sources)]
@@ -95,7 +96,8 @@ def test_difficulty_levels_are_checked_in_the_sandbox(pool):
   sources = [leveled, leveled.replace("levels = 3", "levels = 1"),
              leveled.replace("levels = 3", "levels = '3'"),
              leveled.replace("levels = 3", f"levels = {contract.MAX_DIFFICULTY_LEVELS + 1}")]
-  fake, real = FakePool(max_turns=8).validate(sources), pool.validate(sources)
+  fake = FakePool(max_turns=8, validation_seed=VALIDATION_SEED).validate(sources)
+  real = pool.validate(sources)
   assert fake == real
   assert real[0].valid and real[0].difficulty_levels == 3
   assert FakePool(max_turns=8).validate([contract.EXAMPLE_ENV])[0].difficulty_levels is None

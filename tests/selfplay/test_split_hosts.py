@@ -35,20 +35,27 @@ def agent_rule(tag, hinted, step, turn):
 
 
 class CountingPool(FakePool):
+  """Counts the loop's calls (the episodes a validation plays through reset and step aside)."""
+
   def __init__(self):
     super().__init__()
     self.calls = {"validate": 0, "reset": 0, "step": 0}
+    self.validating = False
 
   def validate(self, sources):
     self.calls["validate"] += len(sources)
-    return super().validate(sources)
+    self.validating = True
+    try:
+      return super().validate(sources)
+    finally:
+      self.validating = False
 
   def reset(self, episodes):
-    self.calls["reset"] += len(episodes)
+    self.calls["reset"] += 0 if self.validating else len(episodes)
     return super().reset(episodes)
 
   def step(self, actions):
-    self.calls["step"] += len(actions)
+    self.calls["step"] += 0 if self.validating else len(actions)
     return super().step(actions)
 
 
