@@ -12,9 +12,7 @@ with explicit in/out shardings (taken from the model's parameter shardings) and 
   roles (optional)            [M, mb] int32: AGENT / DESIGNER (absent: every row the agent's)
   positions (optional)        [M, mb, L] int32: where logits are needed (step_inputs.py)
 Micro-batches run in a `lax.scan` that sums gradients; because the token weights are
-normalised over the whole batch, the sum is exactly the full-batch gradient. A micro-batch
-without loss tokens (the padding rows of a batch padded to the run's bounds) is skipped by a
-`lax.cond`: it would add exactly zero to the gradient and to every metric.
+normalised over the whole batch, the sum is exactly the full-batch gradient.
 
 Metrics are pooled over both roles and also split per role ("agent/...", "designer/..."):
 designer rows carry behaviour log-probs from k updates back, so their ratio and gap measure
@@ -87,7 +85,7 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
                ) -> tuple[Any, Any, dict[str, jax.Array]]:
   """One optimiser update over all micro-batches; returns new params, state, metrics."""
 
-  def accumulate(carry, mb):
+  def body(carry, mb):
     grads, sums = carry
     # ref_params None (LoRA): the reference is the base, i.e. the adapters set to zero.
     ref = jax.tree.map(jnp.zeros_like, params) if ref_params is None else ref_params
@@ -98,13 +96,7 @@ def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array],
     grads = jax.tree.map(jnp.add, grads, mb_grads)
     sums = {k: (jnp.maximum(sums[k], v) if k.endswith("_max") else sums[k] + v)
             for k, v in mb_sums.items()}
-    return grads, sums
-
-  def body(carry, mb):
-    # A micro-batch without loss tokens (padding rows only; weights are 0 off the loss mask)
-    # adds exactly nothing: batches padded to the run's bounds skip its passes.
-    has_loss = jnp.any(mb["loss_mask"] > 0)
-    return jax.lax.cond(has_loss, accumulate, lambda carry, _: carry, carry, mb), None
+    return (grads, sums), None
 
   zeros = jax.tree.map(jnp.zeros_like, params)
   init_sums = {k: jnp.zeros((), jnp.float32) for k in (*_SUM_KEYS, *_MAX_KEYS)}

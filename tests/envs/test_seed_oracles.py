@@ -28,7 +28,6 @@ def test_tool_seed_oracles_meet_every_user_instruction_in_turn(name):
     for action in ep.env.oracle_actions():
       ep.act(action)
     ongoing = [(obs, 0.0, False, False) for obs in ep.trace[:-1]]
-    run = guards.Run("oracle", seed, None, None, [], [],
-                     fingerprint=(*ongoing, (ep.trace[-1], 0.0, True, False)))
-    posed = guards.posed_instructions(run, type(ep.env).max_turns)
+    run = guards.Run(0, "oracle", seed, fingerprint=(*ongoing, (ep.trace[-1], 0.0, True, False)))
+    posed = guards.posed_instructions(run)
     assert posed == ep.env.requests and len(posed) >= contract.MIN_INSTRUCTIONS, (name, seed)

@@ -129,20 +129,3 @@ def test_agent_rows_end_at_their_last_sampled_token():
   (sample,) = agent_samples([ep], step=1, train_on_hint_arm=False)
   assert (sample.tokens, sample.loss_mask) == ([1, 2, 3, 4, 5], [0, 0, 0, 1, 1])
   assert sample.logprobs == [0.0, 0.0, 0.0, -0.1, -0.2]
-
-
-def test_a_micro_batch_without_loss_tokens_is_not_run():
-  """Padding micro-batches (the bounded batch's rows past the real ones) are skipped: NaN
-  weights in one reach neither the update nor a metric, while the real micro-batches train."""
-  trainer = Trainer(_experiment(**{"rl.micro_batch_size": 2}).rl, _model())
-  arrays, _ = trainer._step_inputs(_batch(0, 2, 0, 40))
-  padding = ~(arrays["loss_mask"] > 0).any(axis=(1, 2))  # [M]
-  assert padding.sum() == 2 and not padding[0]  # 2 real rows of 6: micro-batches 1, 2 padding
-  arrays["weights"][padding] = np.nan
-  before = jax.tree.map(np.asarray, trainer.trained_params)
-  params, _, metrics = trainer._fns.step(trainer.trained_params, trainer.opt_state,
-                                         trainer.ref_params, trainer._rest, arrays)
-  assert all(np.isfinite(float(v)) for v in metrics.values()) and metrics["loss_tokens"] == 16
-  changed = [not np.array_equal(a, np.asarray(b))
-             for a, b in zip(jax.tree.leaves(before), jax.tree.leaves(params), strict=True)]
-  assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree.leaves(params)) and any(changed)
