@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: smoke test lint bench clean
+.PHONY: smoke test test-slow lint bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -27,9 +27,16 @@ smoke: $(VENV)/.runtime-installed
 # the sandbox), so a third worker fills the idle core time (bench/RESULTS.md, `make test`).
 # Files go out in collection order, not xdist's most-tests-first: tests/conftest.py puts the
 # pipeline-sized ones first.
-test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest tests -q -p no:cacheprovider -n 3 --dist loadfile \
+# `make test` leaves out the tests marked `slow`: whole pipelines at their real size (the
+# starter build and its loop, the two-process run, the plan against TPU compiles at D=512),
+# which `make test-slow` runs and bench/RESULTS.md records.
+PYTEST := $(BIN)/python -m pytest tests -q -p no:cacheprovider -n 3 --dist loadfile \
 	  --no-loadscope-reorder --durations=20
+test: $(VENV)/.test-installed
+	$(PYTEST) -m "not slow"
+
+test-slow: $(VENV)/.test-installed
+	$(PYTEST) -m slow
 
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check spade_jax launch configs bench tests scripts

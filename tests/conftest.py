@@ -26,13 +26,15 @@ jax.config.update("jax_numpy_rank_promotion", "raise")  # should jax have been i
 from spade_jax import storage  # noqa: E402
 
 BUCKET = "spade-test"  # GCS bucket names have at least 3 characters
-# The files whose set-up builds or runs a whole pipeline (minutes each), longest first, are
-# collected first. With `--dist loadfile --no-loadscope-reorder` (the Makefile) xdist hands
-# files out in collection order, so each of the three workers starts one and the short files
-# fill in around them. xdist's own order (most tests first) started the longest, four tests,
+# The longest files (a whole pipeline, or many TPU compiles: minutes each), longest first,
+# are collected first. With `--dist loadfile --no-loadscope-reorder` (the Makefile) xdist
+# hands files out in collection order, so the workers start on them and the short files fill
+# in around them; the first three are `make test-slow`'s, the rest `make test`'s. xdist's own order (most tests first) started the longest, four tests,
 # near the end, where it ran alone beside idle cores.
 SLOW_FILES_FIRST = ("tests/starter/test_build.py", "tests/launch/test_multiprocess_e2e.py",
-                    "tests/launch/test_smoke_e2e.py")
+                    "tests/tpu/test_plan_vs_compile.py", "tests/launch/test_smoke_e2e.py",
+                    "tests/bench/test_accelerator_bench_tpu.py", "tests/tpu/test_tpu_compile.py",
+                    "tests/bench/test_accelerator_bench.py")
 
 
 def pytest_collection_modifyitems(items):

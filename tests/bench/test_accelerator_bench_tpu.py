@@ -42,18 +42,19 @@ def test_a_program_refused_for_hbm_needs_what_the_compiler_says():
 
 
 def test_an_engine_the_tpu_compiler_refuses_does_not_fit(tpu_slice, monkeypatch):
-  """4096 slots of 4224 entries on one v5e chip: XLA's TPU compiler refuses the program for
-  HBM at compile time; the engine's peak is what the compiler says it needs (> 16 GiB), so
-  it does not fit the chip's budget instead of failing the part."""
+  """512 slots of 4224 entries (8 KV heads of 128) on one v5e chip: XLA's TPU compiler
+  refuses the program for HBM at compile time; the engine's peak is what the compiler says it
+  needs (> 16 GiB), so it does not fit the chip's budget instead of failing the part."""
   refusals, refused_bytes = [], bench.tpu_aot.refused_bytes
   monkeypatch.setattr(bench.tpu_aot, "refused_bytes", lambda err: refusals.append(err) or
                       refused_bytes(err))
   chip = tpu_slice("v5e-1")
   mesh = make_mesh({"fsdp": -1}, chip)
-  cfg = get_preset("tiny", head_dim=128, param_dtype="bfloat16", compute_dtype="bfloat16")
-  engine = bench.SlotEngine(bench.abstract_model(cfg, mesh), num_slots=4096, max_cache_len=4096,
+  cfg = get_preset("tiny", head_dim=128, num_heads=8, num_kv_heads=8, param_dtype="bfloat16",
+                   compute_dtype="bfloat16")
+  engine = bench.SlotEngine(bench.abstract_model(cfg, mesh), num_slots=512, max_cache_len=4096,
                             prefill_buckets=(128,), decode_steps=8)
-  peak = bench.engine_peak(engine, 4096, 128, 4096 + 128)
+  peak = bench.engine_peak(engine, 512, 128, 4096 + 128)
   # The append, and with the layers scanned the generate block too, are refused.
   assert refusals and all("RESOURCE_EXHAUSTED" in str(err) for err in refusals)
   assert 16 * bench.tpu_aot.GIB < peak < math.inf

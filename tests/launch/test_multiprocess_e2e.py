@@ -39,7 +39,8 @@ from tests.xla_flags import child_env
 TPU_RUN = os.fspath(config_schema.REPO_ROOT / "launch" / "tpu_run.py")
 NUM_PROCESSES = 2
 TIMEOUT_S = 1800  # per launch of the pair; two shared cores compile both programs
-pytestmark = pytest.mark.timeout(3 * TIMEOUT_S)  # the first test sets up all three launches
+# The first test sets up all three launches; a recorded run (`make test-slow`).
+pytestmark = [pytest.mark.timeout(3 * TIMEOUT_S), pytest.mark.slow]
 
 
 def _free_port() -> int:

@@ -22,6 +22,7 @@ from spade_jax.model import from_pretrained
 from spade_jax.tokenizer import load_tokenizer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # a build and a loop at their real size (`make test-slow`)
 TOL = 1e-4
 
 

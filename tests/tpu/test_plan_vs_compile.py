@@ -15,8 +15,9 @@ from spade_jax import config_schema, tpu_aot
 from spade_jax.plan import make_plan, parse_topology
 from spade_jax.plan_compile import compile_step_programs
 
-pytestmark = pytest.mark.skipif(not tpu_aot.libtpu_available(),
-                                reason="libtpu (requirements-test.txt) is not installed")
+pytestmark = [pytest.mark.skipif(not tpu_aot.libtpu_available(),
+                                 reason="libtpu (requirements-test.txt) is not installed"),
+              pytest.mark.slow]  # four train steps compiled at D=512 (`make test-slow`)
 
 TILED = dict(num_layers=2, hidden_size=512, intermediate_size=1536, num_heads=4, num_kv_heads=2,
              head_dim=128, vocab_size=8192)
