@@ -29,8 +29,9 @@ BUCKET = "spade-test"  # GCS bucket names have at least 3 characters
 # The longest files (a whole pipeline, or many TPU compiles: minutes each), longest first,
 # are collected first. With `--dist loadfile --no-loadscope-reorder` (the Makefile) xdist
 # hands files out in collection order, so the workers start on them and the short files fill
-# in around them; the first three are `make test-slow`'s, the rest `make test`'s. xdist's own order (most tests first) started the longest, four tests,
-# near the end, where it ran alone beside idle cores.
+# in around them; the first three are `make test-slow`'s, the rest `make test`'s. xdist's own
+# order (most tests first) started the longest, four tests, near the end, where it ran alone
+# beside idle cores.
 SLOW_FILES_FIRST = ("tests/starter/test_build.py", "tests/launch/test_multiprocess_e2e.py",
                     "tests/tpu/test_plan_vs_compile.py", "tests/launch/test_smoke_e2e.py",
                     "tests/bench/test_accelerator_bench_tpu.py", "tests/tpu/test_tpu_compile.py",
