@@ -17,9 +17,15 @@ from __future__ import annotations
 import fractions
 import re
 
+from spade_jax.selfplay.replies import tagged_blocks
+
 _THINK_END = "</think>"
-_ANSWER_LINE = re.compile(r"^[\s*_#>]*(?:final\s+)?answer\s*(?:is)?\s*[:：]\s*(.+?)\s*$",
-                          re.IGNORECASE | re.MULTILINE)
+# Within one line only: a leading class that took newlines rescanned every following blank
+# line from each line start (quadratic in a reply of blank lines).
+_ANSWER_LINE = re.compile(
+    r"^[ \t*_#>]*(?:final[ \t]+)?answer[ \t]*(?:is)?[ \t]*[:：][ \t]*(.+?)[ \t]*$",
+    re.IGNORECASE | re.MULTILINE)
+_BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _FENCE = re.compile(r"```([\w+-]*)[^\n]*\n(.*?)```", re.DOTALL)
 
 
@@ -32,25 +38,30 @@ def final_text(text: str) -> str | None:
   return text
 
 
-def _braced(text: str, open_at: int) -> str | None:
-  """Content of the brace group opening at text[open_at] == "{", None if unbalanced."""
-  depth = 0
-  for i in range(open_at, len(text)):
-    if text[i] == "{" and text[i - 1:i] != "\\":
-      depth += 1
-    elif text[i] == "}" and text[i - 1:i] != "\\":
-      depth -= 1
-      if depth == 0:
-        return text[open_at + 1:i]
-  return None
+def _closing_braces(text: str) -> dict[int, int]:
+  """{index of an unescaped "{": index of the "}" that closes it}, in one forward pass."""
+  closing, open_at = {}, []
+  for i, char in enumerate(text):
+    escaped = text[i - 1:i] == "\\"
+    if char == "{" and not escaped:
+      open_at.append(i)
+    elif char == "}" and not escaped and open_at:
+      closing[open_at.pop()] = i
+  return closing
 
 
 def last_boxed(text: str) -> str | None:
-  """Content of the last complete `\\boxed{...}` (or `\\fbox{...}`), braces matched."""
-  for match in reversed(list(re.finditer(r"\\(?:boxed|fbox)\s*\{", text))):
-    content = _braced(text, match.end() - 1)
-    if content is not None:
-      return content.strip()
+  """Content of the last complete `\\boxed{...}` (or `\\fbox{...}`), braces matched.
+
+  The braces are matched once for the whole text, so a reply of many unclosed boxes costs
+  one pass, not one scan to the end per box."""
+  opens = [m.end() - 1 for m in _BOXED.finditer(text)]
+  if not opens:
+    return None
+  closing = _closing_braces(text)
+  for open_at in reversed(opens):
+    if open_at in closing:
+      return text[open_at + 1:closing[open_at]].strip()
   return None
 
 
@@ -77,8 +88,8 @@ def tagged(text: str, tag: str = "answer") -> str | None:
   final = final_text(text)
   if final is None:
     return None
-  matches = re.findall(rf"<{tag}>(.*?)</{tag}>", final, re.DOTALL)
-  return matches[-1].strip() if matches else None
+  bodies, _ = tagged_blocks(final, f"<{tag}>", f"</{tag}>")
+  return bodies[-1].strip() if bodies else None
 
 
 _LATEX_DROP = (r"\left", r"\right", r"\!", r"\,", r"\;", r"\:", r"\ ", "$", r"\displaystyle")

@@ -1,5 +1,7 @@
 """Answer extraction over the tricky cases: nesting, several answers, thinking, no answer."""
 
+import time
+
 import pytest
 
 from spade_jax.eval import extract
@@ -67,3 +69,34 @@ def test_tagged():
   assert extract.tagged("<answer>a</answer> then <answer> b c </answer>") == "b c"
   assert extract.tagged("<think><answer>x</answer></think>") is None
   assert extract.tagged("<answer>open") is None
+
+
+LONG = 110_000  # characters of a long reply
+
+
+def _timed(fn, text):
+  start = time.perf_counter()
+  result = fn(text)
+  return time.perf_counter() - start, result
+
+
+@pytest.mark.parametrize(("fn", "unit"), [
+    (extract.math_answer, "\\boxed{"),  # every box unclosed: each was scanned to the end
+    (extract.tagged, "<answer>"),  # every tag unclosed: the non-greedy regex rescanned
+    (extract.math_answer, "\n"),  # blank lines: the answer-line regex rescanned them all
+])
+def test_a_long_reply_without_an_answer_parses_in_linear_time(fn, unit):
+  seconds, answer = _timed(fn, unit * (LONG // len(unit)))
+  assert answer is None and seconds < 0.5, f"{LONG} characters of {unit!r}: {seconds:.2f} s"
+
+
+def test_a_long_reply_of_answers_parses_its_last_one():
+  """The benign twin: as many closed boxes, tags and answer lines, the last one returned."""
+  boxes = "".join(f"\\boxed{{{i}}} " for i in range(LONG // 12))
+  tags = "".join(f"<answer>{i}</answer>" for i in range(LONG // 20))
+  lines = "".join(f"\n\nAnswer: {i}" for i in range(LONG // 14))
+  for fn, text, last in ((extract.math_answer, boxes, LONG // 12 - 1),
+                         (extract.tagged, tags, LONG // 20 - 1),
+                         (extract.math_answer, lines, LONG // 14 - 1)):
+    seconds, answer = _timed(fn, text)
+    assert answer == str(last) and seconds < 0.5, (fn.__name__, answer, seconds)
