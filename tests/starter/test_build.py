@@ -22,7 +22,9 @@ from spade_jax.model import from_pretrained
 from spade_jax.tokenizer import load_tokenizer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow  # a build and a loop at their real size (`make test-slow`)
+# A build and a loop at their real size (`make test-slow`); each fixture runs for minutes,
+# longer beside the other slow files.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 TOL = 1e-4
 
 
