@@ -101,7 +101,7 @@ class SentenceEmbedder:
       from sentence_transformers import SentenceTransformer  # pylint: disable=import-outside-toplevel
     except ImportError:
       raise ImportError(f"config.metrics.embedding_model={path!r} needs the optional package "
-                        "sentence-transformers (pip install sentence-transformers)") from None
+                        "sentence-transformers (pip install -e '.[embedding]')") from None
     self.model = SentenceTransformer(path, device="cpu", local_files_only=True)
 
   def embed(self, docs: Sequence[str]) -> np.ndarray:
