@@ -33,7 +33,7 @@ def parse_args(argv: Sequence[str]) -> tuple[ConfigDict, str, str]:
   distributed = flags.DEFINE_enum("distributed", "auto", ["auto", "on", "off"],
                                   "jax.distributed.initialize(): auto = on several TPU hosts",
                                   flag_values=fv)
-  config, path = config_schema.parse_config_args(argv, fv)
+  config, path = config_schema.parse_config_args(argv, fv, prog="python launch/tpu_run.py")
   name = config_schema.config_name(path)
   return config, workdir.value or os.fspath(storage.join("runs", name)), distributed.value
 

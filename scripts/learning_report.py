@@ -234,7 +234,8 @@ def markdown_table(summary: dict[str, dict]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p = argparse.ArgumentParser(prog="python scripts/learning_report.py",
+                              description=__doc__.split("\n\n")[0])
   p.add_argument("--root", required=True, help="the driver's --root")
   p.add_argument("--png", help="figure path (default ROOT/learning.png)")
   p.add_argument("--md", help="markdown table path (default ROOT/learning.md)")

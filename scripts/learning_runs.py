@@ -178,7 +178,8 @@ def resolve_config(arg: str) -> str:
 
 
 def parse(argv: Sequence[str]) -> tuple[argparse.Namespace, list[str]]:
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+  p = argparse.ArgumentParser(prog="python scripts/learning_runs.py",
+                              description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--config", default=DEFAULT_CONFIG, help="config module or path")
   p.add_argument("--root", default="runs/learning", help="one workdir per variant/seed below")

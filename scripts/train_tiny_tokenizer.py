@@ -50,7 +50,8 @@ def train(out: pathlib.Path, vocab_size: int = TINY_VOCAB_SIZE) -> bytes:
 
 
 def main() -> None:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(prog="python scripts/train_tiny_tokenizer.py",
+                                   description=__doc__.splitlines()[0])
   parser.add_argument("--out", type=pathlib.Path, default=tiny_model_path())
   parser.add_argument("--vocab-size", type=int, default=TINY_VOCAB_SIZE)
   args = parser.parse_args()

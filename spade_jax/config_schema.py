@@ -126,12 +126,14 @@ def config_of(name: str) -> ConfigDict:
   return module.get_config()
 
 
-def parse_config_args(argv: Sequence[str], fv: flags.FlagValues) -> tuple[ConfigDict, str]:
+def parse_config_args(argv: Sequence[str], fv: flags.FlagValues,
+                      prog: str | None = None) -> tuple[ConfigDict, str]:
   """Parses argv (program name first) into `fv` with a required, locked `--config`.
 
   `--config X` may name a module of configs/ (see `resolve_config_path`); other flags are
   the ones the caller defined on `fv`. Returns (config, its file); an override naming a
-  field the config lacks raises ConfigError. `-h` / `--help` prints the flags and exits.
+  field the config lacks raises ConfigError. `-h` / `--help` prints the usage line (`prog`,
+  the command as users type it, else argv[0]) and the flags, and exits.
   """
   argv, i = list(argv), 0
   while i < len(argv):
@@ -142,19 +144,47 @@ def parse_config_args(argv: Sequence[str], fv: flags.FlagValues) -> tuple[Config
       flag, value = argv[i].split("=", 1)
       argv[i] = f"{flag}={resolve_config_path(value)}"
     i += 1
-  config = config_flags.DEFINE_config_file("config", None, "configs/<name>.py", flag_values=fv,
-                                           lock_config=True, sys_argv=argv)
+  config = config_flags.DEFINE_config_file(
+      "config", None, "a module of configs/ by name (smoke, games, ...) or a path",
+      flag_values=fv, lock_config=True, sys_argv=argv)
   if any(a in ("-h", "--help", "-help") for a in argv[1:]):  # absl.app's --help, without app
-    print(f"usage: {argv[0]} --config NAME [--config.FIELD=VALUE ...] [flags]\n\n"
-          f"{fv.get_help().strip()}")
+    print(f"usage: {prog or argv[0]} --config NAME [--config.FIELD=VALUE ...] [flags]\n\n"
+          f"{_flags_help(fv)}")
     raise SystemExit(0)
   flags.mark_flag_as_required("config", flag_values=fv)
   try:
     fv(argv)
   except (AttributeError, KeyError) as err:  # an override naming a field the config lacks
-    overrides = [a for a in argv if a.startswith(("--config.", "-config."))]
-    raise ConfigError(f"unknown config field {err} in overrides {overrides}") from None
+    raise ConfigError(_unknown_field_message(err, argv)) from None
   return config.value, fv["config"].config_filename
+
+
+def _flags_help(fv: flags.FlagValues) -> str:
+  """Each flag of `fv`, by name, with its help and default (absl's own help groups the flags
+  under module paths and adds its --flagfile and --undefok)."""
+  by_name = {fv[name].name: fv[name] for name in fv}
+  lines = []
+  for name, flag in sorted(by_name.items()):
+    syntax = f"--[no]{name}" if flag.boolean else f"--{name}"
+    default = "" if flag.default in (None, "") else f" (default: {_shown(flag.default)})"
+    lines.append(flags.text_wrap(f"{syntax}: {flag.help}{default}", indent="      ",
+                                 firstline_indent="  "))
+  return "\n".join(lines)
+
+
+def _shown(value: object) -> str:
+  """A default as it is typed on the command line (booleans in lower case)."""
+  return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _unknown_field_message(err: Exception, argv: Sequence[str]) -> str:
+  """Names the overridden field the config lacks. ml_collections' error carries only the
+  missing key, quoted ("'kk'"), so the field is the override whose path holds that key."""
+  key = str(err.args[0] if err.args else err).strip("'\"")
+  overrides = [a for a in argv[1:] if a.startswith(("--config.", "-config."))]
+  paths = [a.lstrip("-").split("=", 1)[0].removeprefix("config.") for a in overrides]
+  named = [p for p in paths if key in p.split(".")]
+  return f"unknown config field {named[0] if named else key} (overrides: {' '.join(overrides)})"
 
 
 def config_name(arg: str) -> str:

@@ -101,7 +101,8 @@ def export(workdir: str | os.PathLike[str], out: str | os.PathLike[str],
 def main(argv: Sequence[str] | None = None) -> None:
   parser = argparse.ArgumentParser(prog="python -m spade_jax.export",
                                    description=__doc__.splitlines()[0])
-  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--workdir", required=True,
+                      help="the run's output folder (local or gs://), as launch/tpu_run.py had it")
   parser.add_argument("--step", type=int, default=None, help="last step to include")
   parser.add_argument("--out", help="curriculum JSONL to write")
   parser.add_argument("--adapter", help="directory for the LoRA adapter (PEFT format)")

@@ -329,7 +329,8 @@ def main(argv: Sequence[str] | None = None) -> None:
   hlo_dir = flags.DEFINE_string("hlo_dir", None, "with --compile: write each program's HLO "
                                 "to DIR/<program>.hlo.txt", flag_values=fv)
   try:
-    config, _ = config_schema.parse_config_args(sys.argv if argv is None else argv, fv)
+    config, _ = config_schema.parse_config_args(sys.argv if argv is None else argv, fv,
+                                                prog="python -m spade_jax.plan")
     # The checkpoint and corpus files are the target machine's: not checked here.
     experiment = config_schema.validate(config, files=False)
     chip, chips = parse_topology(topology.value)

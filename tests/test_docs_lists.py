@@ -1,5 +1,6 @@
 """The lists in docs/ that drift stay the code's: files per package, the self-play loop's
-imports and checkpoint state keys, `StepRecord` / `EnvReport` fields, the workdir layout.
+imports and checkpoint state keys, `StepRecord` / `EnvReport` fields, the workdir layout,
+and the README's summary of the games run.
 
 Each list is read from the doc as written (a table's first column, or one marked sentence)
 and compared both ways with what the code has, so a file, field or key added, renamed or
@@ -13,6 +14,7 @@ import re
 import pytest
 
 from spade_jax import config_schema
+from spade_jax.envs.library import GAME_CATEGORIES
 from spade_jax.metrics.env_log import LOG_NAME
 from spade_jax.model.checkpoint_format import MODEL_CONFIG_FILE
 from spade_jax.model.load import RUN_CONFIG_FILE
@@ -22,6 +24,7 @@ from tests.layering import PACKAGE_ROOT, imports_of, under
 DOCS = config_schema.REPO_ROOT / "docs"
 PACKAGES_WITH_FILE_TABLES = ("engine", "model", "rl", "sandbox", "selfplay")
 _TICKED = re.compile(r"`([^`]+)`")
+_NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 def _text(name: str) -> str:
@@ -119,3 +122,15 @@ def test_launch_layout_names_every_file_the_run_writes():
   missing = sorted(w for w in written if not any(re.search(rf"(^|/){re.escape(w)}(/|$)", n)
                                                     for n in named))
   assert missing == [], f"docs/launch.md's workdir layout leaves out {missing}"
+
+
+def test_readme_games_summary_is_the_games_config():
+  """The README's "**games** (...)" says what configs/games.py runs: a step draws its
+  environments from some of the skill categories, not from all of them."""
+  readme = (config_schema.REPO_ROOT / "README.md").read_text()
+  summary = " ".join(re.search(r"\*\*games\*\* \(([^)]*)\)", readme).group(1).split())
+  games = config_schema.config_of("games").selfplay
+  assert summary == (f"{games.num_envs} environments a step from "
+                     f"{_NUMBER_WORDS[games.categories_per_step]} of "
+                     f"{_NUMBER_WORDS[len(GAME_CATEGORIES)]} cognitive-skill categories, "
+                     f"k = {games.k}")

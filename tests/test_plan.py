@@ -17,6 +17,7 @@ from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
+from spade_jax import plan as plan_command
 from spade_jax.model import Qwen3, get_preset
 from spade_jax.plan import make_plan, parse_topology, train_memory
 from spade_jax.rl.batch import AGENT, TrainBatch
@@ -94,6 +95,19 @@ def test_command_runs_in_seconds_without_allocating_the_model():
   peak_kib = int(proc.stderr.split("VmHWM ")[-1].split()[0])
   assert peak_kib / 1024 ** 2 < 3, peak_kib
   assert wall < 120, wall  # seconds on an idle core; the margin is for a shared machine
+
+
+def test_help_shows_the_command_as_typed_and_only_the_plans_flags(capsys):
+  with pytest.raises(SystemExit) as exit_info:
+    # `python -m spade_jax.plan` puts the module's path in argv[0]
+    plan_command.main([plan_command.__file__, "--help"])
+  out = capsys.readouterr().out
+  assert exit_info.value.code == 0
+  assert out.startswith("usage: python -m spade_jax.plan --config NAME")
+  flags_shown = [line.split(":")[0].strip() for line in out.splitlines() if line.startswith("  --")]
+  assert flags_shown == ["--[no]compile", "--config", "--hlo_dir", "--mfu", "--prompt_tokens",
+                         "--topology"]
+  assert plan_command.__file__ not in out, out
 
 
 def test_games_lora_fits_qwen3_4b_on_a_v5e_8_where_full_weights_do_not():

@@ -100,7 +100,8 @@ def _tokenizer(path: str):
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  parser = argparse.ArgumentParser(prog="python -m spade_jax.engine.generate",
+                                   description=__doc__.split("\n\n")[0])
   parser.add_argument("--checkpoint", required=True, help="HF or trainer checkpoint directory")
   prompt = parser.add_mutually_exclusive_group(required=True)
   prompt.add_argument("--prompt-ids", help="comma-separated token ids, e.g. 1,2,3")

@@ -23,10 +23,20 @@ from spade_jax.sandbox import cgroups, contract, isolation, jail, runner, zygote
 
 _SOURCES = {name: pathlib.Path(module.__file__).read_text() for name, module in
             (("jail", jail), ("runner", runner), ("zygote", zygote))}
+# The worker's whole command line (what `ps` shows for it and its episodes): it runs the source
+# that stdin starts with, after that source's length in bytes on a line of its own.
+BOOTSTRAP = "import sys;f=sys.stdin.buffer;exec(f.read(int(f.readline())))"
 START_TIMEOUT_S = 10.0
 ACK_TIMEOUT_S = 5.0
 UID_SPAN = 1 << 12
 UID_SLOTS = 16000
+
+
+def _stdin(source: str, cfg: dict) -> bytes:
+  """What BOOTSTRAP reads: the length of `source` in bytes, a newline, `source`; then the
+  configuration (JSON) that the zygote reads."""
+  code = source.encode()
+  return b"%d\n" % len(code) + code + json.dumps(cfg).encode()
 
 
 class WorkerError(RuntimeError):
@@ -68,7 +78,7 @@ class WorkerHandle:
                private_mounts="mount" in setup["namespaces"])
     try:
       self.proc = subprocess.Popen(
-          [isolation.interpreter(), "-I", "-S", "-c", _SOURCES["zygote"]], stdin=subprocess.PIPE,
+          [isolation.interpreter(), "-I", "-S", "-c", BOOTSTRAP], stdin=subprocess.PIPE,
           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, pass_fds=(child.fileno(),),
           start_new_session=True, env={}, cwd="/")
     except OSError as exc:
@@ -82,7 +92,7 @@ class WorkerHandle:
                                   setup["cgroups"], limits["worker_memory_mb"],
                                   limits["worker_pids"])
     try:
-      self.proc.stdin.write(json.dumps(cfg).encode())
+      self.proc.stdin.write(_stdin(_SOURCES["zygote"], cfg))
       self.proc.stdin.close()
     except OSError as exc:
       self.stop()

@@ -1,4 +1,5 @@
-"""The sandbox worker: runs as `python -I -S -c <this source>`, never imported by the host.
+"""The sandbox worker: run by `python -I -S -c BOOTSTRAP` (worker_handle.py), which reads this
+source from stdin and runs it as `__main__`; the host imports it only to read its file.
 
 Process tree of one worker (host view):
   outer  - started by the pool in its own session; unshares the namespaces and forks:
@@ -11,7 +12,7 @@ Process tree of one worker (host view):
            uid where the host allows it, rlimits, seccomp, stdout/stderr on /dev/null;
            they talk to the host only over the two pipe ends they were given. The host
            gets a pidfd of each (with the fork's acknowledgement) to stop it between calls.
-Configuration (JSON) arrives on stdin; jail.py and runner.py arrive as source in it.
+Configuration (JSON) follows the source on stdin; jail.py and runner.py arrive as source in it.
 """
 
 import gc

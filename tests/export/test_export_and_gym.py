@@ -86,6 +86,14 @@ def test_cli_writes_the_file(run_dir, tmp_path, capsys):
     export.main(["--workdir", str(tmp_path), "--out", str(out)])
 
 
+def test_cli_help_describes_every_option(capsys):
+  with pytest.raises(SystemExit):
+    export.main(["--help"])
+  options = capsys.readouterr().out.split("options:")[1]
+  undescribed = re.findall(r"^  (--[\w-]+)(?: [A-Z_]+)?$", options, re.M)
+  assert "--workdir" in options and undescribed == []
+
+
 def test_three_exported_environments_pass_env_checker_and_a_scripted_policy(run_dir, tmp_path,
                                                                             pool):
   out = tmp_path / "curriculum.jsonl"

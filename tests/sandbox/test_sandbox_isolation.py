@@ -15,6 +15,7 @@ import pytest
 
 from spade_jax.sandbox import channel, contract, isolation, worker_handle
 from spade_jax.sandbox.pool import SandboxPool
+from tests.sandbox.sandbox_procs import descendants
 
 STUCK_READER = """
 import fcntl, os
@@ -148,6 +149,26 @@ def test_episodes_do_not_run_between_calls(clean_pool):
                                   ("twin", oracle_answer(clean_pool, "twin"))])
   assert ticker.observation == "ticks while idle: 0", ticker
   assert twin.reward == 1.0
+
+
+def _command_line(pid: int) -> tuple[str, ...]:
+  """The process's argv read from /proc; () once it is gone or a zombie."""
+  try:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+      return tuple(f.read().decode().split("\0")[:-1])
+  except OSError:
+    return ()
+
+
+def test_sandbox_processes_show_the_short_bootstrap_as_their_command(clean_pool):
+  """`ps` lists the worker, its zygote and its episodes by the one-line bootstrap, not by the
+  zygote's 10 kB of source."""
+  clean_pool.reset([("twin", contract.EXAMPLE_ENV, 0)])
+  pids = set().union(*({w.proc.pid} | descendants(w.proc.pid) for w in clean_pool._workers))
+  assert len(pids) > 2 * len(clean_pool._workers)  # an episode runs beside outer and zygote
+  commands = {_command_line(pid) for pid in pids} - {()}
+  assert sorted(len(" ".join(c)) for c in commands)[-1] < 200
+  assert commands == {(isolation.interpreter(), "-I", "-S", "-c", worker_handle.BOOTSTRAP)}
 
 
 @pytest.fixture(scope="module")
