@@ -37,6 +37,15 @@ def get_config() -> ConfigDict:
   c.engine.max_cache_len = 12288  # system prompt + 8 turns of observation and 1024-token reply
   c.engine.prefill_buckets = (512, 2048, 4096)  # turns; first turns; designer prompt (~4k)
   c.engine.decode_steps_per_poll = 32  # fewer host round trips on TPU
+  # A handful of engine programs (each a whole-model compile): one decode capacity, all slots
+  # x the whole cache, never resized (TPU's decode kernel reads each slot's live entries
+  # only); appends read 4k, 8k or all entries, and hold 8,192 tokens a call (512-token turns
+  # 16 rows, 2k prompts 4, designer 4k pieces 2), so each prefill bucket compiles once per
+  # read length: 3 x 3 appends + 1 decode block (tests/engine/test_engine_programs.py).
+  c.engine.decode_widths = ()
+  c.engine.decode_lengths = ()
+  c.engine.append_lengths = (4096, 8192)
+  c.engine.prefill_tokens = 8192
   c.sandbox.num_workers = 64  # environment processes per host
   c.rl.learning_rate = 1e-6  # GRPO on a 30B-A3B instruct model
   c.rl.warmup_steps = 10  # short warmup

@@ -10,8 +10,8 @@ MLP projection: the frozen base is stored in bfloat16, Adam state and gradients 
 adapters' (about 1 % of the weights), and the KL reference is the base with the adapters
 off, so there is no second copy. Rows are cut to 8,192 tokens and the engine to 32 slots so
 that one row's attention and the KV cache fit next to the weights, and the largest prefill
-piece is 2,048 tokens (a ~4k designer prompt goes in two appends; the append of 2,048-token
-pieces compiles to 8.7 GiB a chip, of 4,096-token pieces to 11.0 GiB). Expected runtime: not
+piece is 2,048 tokens (a ~4k designer prompt goes in two appends of 4 rows: games.py's
+8,192 tokens a prefill call). Expected runtime: not
 measured here (no TPU run was made). Export the result with
 `python -m spade_jax.export --workdir W --adapter OUT` (a PEFT adapter) or `--merged OUT`.
 """

@@ -109,7 +109,9 @@ def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
                                   prefill_buckets=e.prefill_buckets,
                                   decode_steps=e.decode_steps_per_poll, mesh=mesh,
                                   decode_widths=e.decode_widths,
-                                  decode_lengths=e.decode_lengths)
+                                  decode_lengths=e.decode_lengths,
+                                  append_lengths=e.append_lengths,
+                                  prefill_tokens=e.prefill_tokens)
   with jax.set_mesh(mesh):
     state = jax.eval_shape(lambda: init_decode_state(
         cfg, engine.decode_widths[-1], engine.decode_lengths[-1], engine.max_stop_ids,
@@ -132,11 +134,13 @@ def decode_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[
 
 def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[], Any]:
   """A thunk compiling the largest append of a step: the designer prompts (one refresh's
-  environments, at most the slots) in the largest prefill bucket, written into the slots."""
+  environments, at most a call's rows) in the largest prefill bucket, written into the
+  slots."""
   graphdef, params, state, engine = _engine_inputs(experiment, cfg, mesh)
-  rows = pick_bucket(min(experiment.selfplay.num_envs, engine.num_slots), engine.row_buckets)
   t = engine.max_chunk
-  length = pick_bucket(t, engine.decode_lengths)
+  row_counts = engine.append_rows(t)
+  rows = pick_bucket(min(experiment.selfplay.num_envs, row_counts[-1]), row_counts)
+  length = pick_bucket(t, engine.append_lengths)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
   sp = SlotParams.from_requests([], [], engine.max_stop_ids, rows)

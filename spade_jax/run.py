@@ -97,7 +97,8 @@ def build_engine(engine: EngineConfig, policy, mesh) -> SlotConversationEngine:
       policy, num_slots=engine.num_slots, max_cache_len=engine.max_cache_len,
       prefill_buckets=engine.prefill_buckets,
       decode_steps_per_poll=engine.decode_steps_per_poll, mesh=mesh,
-      decode_widths=engine.decode_widths, decode_lengths=engine.decode_lengths)
+      decode_widths=engine.decode_widths, decode_lengths=engine.decode_lengths,
+      append_lengths=engine.append_lengths, prefill_tokens=engine.prefill_tokens)
 
 
 def build_pool(experiment: Experiment) -> SplitPool:

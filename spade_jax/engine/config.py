@@ -24,11 +24,21 @@ class EngineConfig:
   # the engine's defaults (docs/engine.md, "Capacity"). Fewer sizes, fewer compiles.
   decode_widths: tuple[int, ...] | None = None  # slot counts, e.g. (16, 64)
   decode_lengths: tuple[int, ...] | None = None  # entries a slot, e.g. (2048, 4096)
+  # Entries an append's attention reads (one compile of each append per length); None: the
+  # decode_lengths. With one decode capacity (decode_widths = decode_lengths = ()), these
+  # alone keep appends onto short conversations from reading the whole row.
+  append_lengths: tuple[int, ...] | None = None  # e.g. (4096, 8192)
+  # Tokens one prefill call holds: each prefill bucket then runs at one row count,
+  # prefill_tokens // bucket (at least 1), and compiles once per append length. None: rows in
+  # powers of four up to num_slots (fewer padded rows, more compiles).
+  prefill_tokens: int | None = None
 
   def __post_init__(self):
     for name in ("num_slots", "max_cache_len", "decode_steps_per_poll"):
       require_int(getattr(self, name), f"engine.{name}", 1)
-    for name in ("decode_widths", "decode_lengths"):
+    if self.prefill_tokens is not None:
+      require_int(self.prefill_tokens, "engine.prefill_tokens", 1)
+    for name in ("decode_widths", "decode_lengths", "append_lengths"):
       require_sizes(getattr(self, name), f"engine.{name}", optional=True)
     require_sizes(self.prefill_buckets, "engine.prefill_buckets")
     require(self.prefill_buckets[-1] <= self.max_cache_len, "engine.prefill_buckets",

@@ -58,12 +58,15 @@ class SlotConversationEngine:
                detokenize: stopping.Detokenize | None = None, max_stop_ids: int = 8,
                cache_dtype: str | None = None, mesh=None,
                decode_widths=EngineConfig.decode_widths,
-               decode_lengths=EngineConfig.decode_lengths):
+               decode_lengths=EngineConfig.decode_lengths,
+               append_lengths=EngineConfig.append_lengths,
+               prefill_tokens: int | None = EngineConfig.prefill_tokens):
     """Defaults: `EngineConfig`'s (config.engine); docs/engine.md explains each size."""
     self.engine = SlotEngine(model, num_slots=num_slots, max_cache_len=max_cache_len,
                          prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
                          max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,
-                         decode_widths=decode_widths, decode_lengths=decode_lengths)
+                         decode_widths=decode_widths, decode_lengths=decode_lengths,
+                         append_lengths=append_lengths, prefill_tokens=prefill_tokens)
     self._detokenize = detokenize
     self._state = self.engine.init_decode_state()
     self._owner: list[Hashable | None] = [None] * num_slots
@@ -216,11 +219,13 @@ class SlotConversationEngine:
         by_bucket[pick_bucket(len(chunk), self.engine.prefill_buckets)].append(
             (slot, turn, conv, chunk))
       pending = []
-      for group in by_bucket.values():  # distinct slots, so at most num_slots rows
+      for bucket, group in by_bucket.items():  # distinct slots, so at most num_slots rows
         # Calls of exactly a row bucket each (9 rows -> 4 + 4 + 1): no padded rows, but for
-        # a last group below the smallest bucket (the mesh's batch shards).
+        # a last group below the smallest bucket (the mesh's batch shards, or the one row
+        # count of a token budget: SlotEngine.append_rows).
         while group:
-          rows = max((b for b in self.engine.row_buckets if b <= len(group)), default=len(group))
+          rows = max((b for b in self.engine.append_rows(bucket) if b <= len(group)),
+                     default=len(group))
           pending += self._append_group(group[:rows])
           group = group[rows:]
 

@@ -7,9 +7,10 @@
 
 `append` is the multi-turn extension: a conversation's next turn is prefilled at the end of
 its own cache row. Prompt lengths are padded to `prefill_buckets` and prefill batch sizes
-to powers of four (rounded up to a multiple of the mesh's batch shards, `state.row_buckets`),
-so a handful of shapes are compiled once. The decode state is donated to
-every call and updated in place; `generate` runs its block of steps in a `lax.while_loop`
+to powers of four (rounded up to a multiple of the mesh's batch shards, `state.row_buckets`)
+or, with a token budget per call (`prefill_tokens`), to one row count per prompt bucket, so a
+handful of shapes are compiled once. The decode state is donated to every call that keeps
+its capacity and updated in place; `generate` runs its block of steps in a `lax.while_loop`
 that exits early once no slot is alive, so one host round trip covers many tokens.
 
 Rows are kept free of holes: a row's cached tokens have positions 0..end-1 in order, so the
@@ -235,7 +236,9 @@ class SlotEngine:
                decode_steps: int = EngineConfig.decode_steps_per_poll,
                max_stop_ids: int = 8, cache_dtype: str | None = None, mesh=None,
                decode_widths: Sequence[int] | None = EngineConfig.decode_widths,
-               decode_lengths: Sequence[int] | None = EngineConfig.decode_lengths):
+               decode_lengths: Sequence[int] | None = EngineConfig.decode_lengths,
+               append_lengths: Sequence[int] | None = EngineConfig.append_lengths,
+               prefill_tokens: int | None = EngineConfig.prefill_tokens):
     if num_slots < 1 or max_cache_len < 2 or decode_steps < 1 or not prefill_buckets:
       raise ValueError(f"SlotEngine: need num_slots >= 1 (got {num_slots}), max_cache_len >= 2 "
                        f"({max_cache_len}), decode_steps >= 1 ({decode_steps}) and at least "
@@ -253,7 +256,9 @@ class SlotEngine:
       mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
     self.mesh = mesh
     with use_rules(INFERENCE_RULES):  # the rows' split in the engine's programs
-      self.row_buckets = row_buckets(num_slots, batch_shards(mesh))
+      self.batch_shards = batch_shards(mesh)
+    self.row_buckets = row_buckets(num_slots, self.batch_shards)
+    self.prefill_tokens = prefill_tokens
     self.weights = EngineWeights(params, self.cfg, mesh)
     abstract = isinstance(jax.tree.leaves(params)[0], jax.ShapeDtypeStruct)
     # The weights every call samples from: the engine's copy (engine/weights.py).
@@ -263,6 +268,9 @@ class SlotEngine:
     self.decode_widths = _buckets(decode_widths, num_slots,
                                   [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
     self.decode_lengths = _buckets(decode_lengths, full, _geometric_lengths(full))
+    # What an append's attention reads (one compile each): a window of the cache rows.
+    self.append_lengths = (self.decode_lengths if append_lengths is None
+                           else _buckets(append_lengths, full, ()))
 
   def load_weights(self, params) -> None:
     """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on:
@@ -325,12 +333,23 @@ class SlotEngine:
     rows, cap = self.capacity(state)
     return self.reserve(state, max(slots, rows), max(length, cap))
 
+  def append_rows(self, chunk: int) -> tuple[int, ...]:
+    """Row counts a prefill call of `chunk`-token pieces (a prefill bucket) is padded to.
+
+    With `prefill_tokens`, one: that many tokens' worth of rows (at most num_slots, at least
+    one, rounded up to the batch shards), so each bucket compiles once per append length
+    and a call's size stays bounded; else `row_buckets`."""
+    if self.prefill_tokens is None:
+      return self.row_buckets
+    rows = min(max(self.prefill_tokens // chunk, 1), self.num_slots)
+    return (-(-rows // self.batch_shards) * self.batch_shards,)
+
   def _pad(self, prompts: Sequence[Sequence[int]]):
     """-> tokens [R, T] int32, lengths [R]; R and T rounded up to buckets."""
     if not prompts or any(len(p) == 0 for p in prompts):
       raise ValueError("every prompt needs at least one token")
     t = pick_bucket(max(len(p) for p in prompts), self.prefill_buckets)
-    r = pick_bucket(len(prompts), self.row_buckets)
+    r = pick_bucket(len(prompts), self.append_rows(t))
     tokens = np.zeros((r, t), np.int32)
     lengths = np.ones((r,), np.int32)
     for i, p in enumerate(prompts):
@@ -362,14 +381,14 @@ class SlotEngine:
              limits: Sequence[int]) -> tuple[DecodeState, np.ndarray, np.ndarray]:
     """Writes chunks[i] into slots[i] after its first starts[i] cached tokens (dropping any
     later entries), samples the next token. Returns (state, tokens, logprobs) for the rows.
-    Attention reads only the first `decode_lengths` bucket of entries covering every start +
+    Attention reads only the first `append_lengths` bucket of entries covering every start +
     chunk bucket (one compile per row, chunk and length bucket)."""
     tokens, lengths = self._pad(chunks)
     rows = len(lengths)
     sp = SlotParams.from_requests(sampling_params, limits, self.max_stop_ids, rows)
     start = np.zeros((rows,), np.int32)
     start[:len(starts)] = starts
-    length = pick_bucket(int(start.max()) + tokens.shape[1], self.decode_lengths)
+    length = pick_bucket(int(start.max()) + tokens.shape[1], self.append_lengths)
     state = self._grow(state, max(slots) + 1, length)
     with self._mesh():
       state, tok, lp = _append(self.graphdef, params, state, self._slots(slots, rows), start,

@@ -234,6 +234,28 @@ def test_owned_slots_are_packed_low_and_continue_exactly(model):
   assert {c: [out[c].tokens, again[c].tokens] for c in "cd"} == expected
 
 
+def test_one_capacity_and_a_token_budget_sample_the_turns_of_the_ladders(model):
+  """The few-programs setting (one decode capacity, never resized; appends reading 24 entries
+  or the whole row; 32 tokens a prefill call, so 16-token pieces run 2 rows at a time, three
+  as 2 + 1 padded) samples the same two turns of three conversations as the ladders of
+  widths and rows (CONFIG)."""
+  few = SlotConversationEngine(model, **dict(CONFIG, decode_widths=(), append_lengths=(24,),
+                                             prefill_tokens=32))
+  assert few.engine.append_rows(16) == (2,) and few.capacity == (4, 80)
+  params = SamplingParams(6, temperature=1.0, seed=5)
+  turns = [{"a": prompt(10), "b": prompt(22, 1), "c": prompt(19, 2)},
+           {c: prompt(4, offset=20 + i) for i, c in enumerate("abc")}]
+  out = []
+  for engine in (SlotConversationEngine(model, **CONFIG), few):
+    done = [run(engine, [Request(c, t[c], params) for c in t]) for t in turns]
+    out.append({c: ([d[c].tokens for d in done], sum((d[c].logprobs for d in done), []))
+                for c in "abc"})
+  assert few.capacity == (4, 80)
+  for c in "abc":
+    assert out[1][c][0] == out[0][c][0]
+    np.testing.assert_allclose(out[1][c][1], out[0][c][1], rtol=0, atol=TOL)
+
+
 def test_append_rows_pad_to_the_batch_shards_and_the_padding_writes_no_slot(model):
   """On a (data 2, fsdp 2) mesh the row buckets are multiples of the engine's 2 batch shards
   (its rows split over data; fsdp splits its copy of the weights, sharding.INFERENCE_RULES),

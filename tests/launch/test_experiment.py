@@ -74,7 +74,8 @@ def test_engines_pools_and_command_lines_take_the_structs_defaults():
     got = _defaults(engine.__init__)
     assert (got["num_slots"], got["max_cache_len"], tuple(got["prefill_buckets"])) == (
         e.num_slots, e.max_cache_len, e.prefill_buckets), engine
-    assert (got["decode_widths"], got["decode_lengths"]) == (None, None)
+    assert (got["decode_widths"], got["decode_lengths"], got["append_lengths"],
+            got["prefill_tokens"]) == (None, None, None, None)
   assert _defaults(SlotEngine.__init__)["decode_steps"] == e.decode_steps_per_poll
   fake = _defaults(FakeEngine.__init__)
   assert (fake["num_slots"], fake["steps_per_poll"]) == (e.num_slots, e.decode_steps_per_poll)

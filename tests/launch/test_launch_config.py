@@ -82,7 +82,7 @@ def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
-  config, _, _ = _parse("--config=games.py")  # smoke.py sets its own
+  config, _, _ = _parse("--config=starter.py")  # smoke.py and the games configs set theirs
   assert config.engine.decode_widths is None and config.engine.decode_lengths is None
   config, _, _ = _parse("--config=smoke.py", "--config.engine.decode_lengths=(1024, 2048)")
   assert tuple(config.engine.decode_lengths) == (1024, 2048)
@@ -186,6 +186,8 @@ def test_shipped_configs_validate(name, tmp_path):
     ("engine.prefill_buckets=(512, 8192)", r"prefill_buckets=.*<= engine.max_cache_len"),
     ("engine.decode_lengths=(4096, 1024)", r"engine.decode_lengths=.*increasing ints"),
     ("engine.decode_widths=(0, 8)", r"engine.decode_widths=.*increasing ints"),
+    ("engine.append_lengths=(8192, 4096)", r"engine.append_lengths=.*increasing ints"),
+    ("engine.prefill_tokens=0", r"engine.prefill_tokens=0: expected an int >= 1"),
 ])
 def test_bad_values_fail_naming_the_field(override, message):
   config, _, _ = _parse("--config=smoke.py", f"--config.{override}")

@@ -96,7 +96,8 @@ def test_an_append_holds_no_query_by_key_scores():
   experiment = _experiment("games_lora.py", "--config.selfplay.num_envs=4",
                            "--config.engine.max_cache_len=2048",
                            f"--config.engine.prefill_buckets=({t},)",
-                           f"--config.engine.decode_lengths=({s},)")
+                           f"--config.engine.append_lengths=({s},)",
+                           f"--config.engine.prefill_tokens={4 * t}")
   report = compile_step_programs(experiment, "v5e-8", model_overrides=dict(SMALL, head_dim=128),
                                  programs=("prefill_append",))["prefill_append"]
   hlo = report.program.hlo
