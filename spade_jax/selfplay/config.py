@@ -63,7 +63,8 @@ class SelfPlayConfig:
   use_corpus: bool = True  # ground each designer prompt in a corpus passage
   use_memory: bool = True  # show the designer a sample of the environment memory
   train_designer: bool = True  # False = frozen designer (no designer gradient)
-  fixed_envs: str = ""  # one of FIXED_ENVS: "" (SPADE), "grpo" or "rlve" (seed library)
+  # One of FIXED_ENVS: "" (SPADE), "grpo" or "rlve": num_envs library environments a step.
+  fixed_envs: str = ""
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
   # The library memory starts from: "seeds" (the setting's seed environments), "vowels" (the
