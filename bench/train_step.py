@@ -200,8 +200,8 @@ class TorchGRPOStep:
     import torch
 
     supported = dict(kl_estimator="k3", loss_agg="token_mean", schedule="constant",
-                     warmup_steps=0, temperature=1.0, micro_batch_size=0, role_balance=False,
-                     tis_cap=0.0)
+                     warmup_steps=0, agent_temperature=1.0, designer_temperature=1.0,
+                     micro_batch_size=0, role_balance=False, tis_cap=0.0)
     wrong = {k: rl[k] for k, v in supported.items() if rl[k] != v}
     if wrong:
       raise ValueError(f"TorchGRPOStep supports only {supported}; got {wrong}")

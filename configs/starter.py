@@ -21,9 +21,10 @@ are exactly the prompts this run sends. Choices, and why:
 * designer replies up to 768 tokens (a minigame with its fence and hint is well under); agent
   replies up to 48 (one `<action>...</action>`, no reasoning: the starter never learned to
   think first); 6 turns an episode; 3,072 positions a conversation.
-* temperature 0.3 (one for both roles, as the trainer's log-probs use it): a design is
-  hundreds of tokens that must all be right, and at 0.7 a small model's tail mass breaks most
-  (bench/RESULTS.md, the starter's design experiments).
+* designer temperature 0.3: a design is hundreds of tokens that must all be right, and at 0.7
+  a small model's tail mass breaks most (bench/RESULTS.md, the starter's design experiments).
+  The agent samples at 0.3 too; each role's may be set on its own (the trainer takes each
+  row's log-probs at its role's temperature).
 * a refresh short of valid designs is topped up from the memory (fill_from_memory), so that
   every step trains the agent while the designer's valid share is low.
 * AdamW at 1e-5 with KL 0.01 to the starter: a small model fine-tuned on a narrow set moves

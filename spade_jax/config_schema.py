@@ -87,14 +87,14 @@ def base_config() -> ConfigDict:
   c.selfplay.memory = ConfigDict()
   c.selfplay.memory.capacity = sp.memory_capacity  # environments kept (selfplay/memory.py)
   c.selfplay.memory.sample_size = sp.memory_sample_size  # memory entries per designer prompt
-  c.sampling = ConfigDict()  # the trainer's temperature is the rollouts' (one for both roles)
+  c.sampling = ConfigDict()  # per role; the trainer's log-probs use each row's role's temperature
   c.sampling.designer = sampling_config(sp.designer_sampling)
   c.sampling.agent = sampling_config(sp.agent_sampling)
   # The other sections hold their struct's fields, defaults and comments:
   #   model     spade_jax/model/policy_config.py   PolicyConfig
   #   engine    spade_jax/engine/config.py         EngineConfig
   #   sandbox   spade_jax/sandbox/config.py        SandboxConfig
-  #   rl        spade_jax/rl/config.py             RLConfig (less the derived temperature)
+  #   rl        spade_jax/rl/config.py             RLConfig (less the derived temperatures, bounds)
   #   corpus    spade_jax/selfplay/corpus.py       CorpusConfig
   #   metrics   spade_jax/metrics/config.py        MetricsConfig
   #   train     spade_jax/experiment.py            TrainConfig

@@ -6,8 +6,9 @@ fields, so a bad value fails at launch with one line naming it. Each struct hold
 section's defaults (`config_schema.base_config()` is built from them), and the fields that
 one section derives from another are computed here, once:
 
-* `rl.temperature` is the rollouts' sampling temperature (`selfplay.temperature`, from
-  `config.sampling`): the trainer's log-probs divide the logits by it;
+* `rl.agent_temperature` and `rl.designer_temperature` are the roles' sampling temperatures
+  (`config.sampling.<role>.temperature`): the trainer divides each row's logits by its
+  role's, so its log-probs are those the row was sampled from;
 * `selfplay.max_cache_len` is the engine's (`config.engine.max_cache_len`): prompts are cut
   so that a whole reply fits the cache.
 * `rl.bounds` is the largest batch a step trains on (`SelfPlayConfig.batch_bounds`, from
@@ -92,8 +93,9 @@ class Experiment:
     require(all(is_int(v) and (v >= 1 or v == -1) for v in sizes.values())
             and list(sizes.values()).count(-1) <= 1, "mesh", sizes,
             "sizes >= 1 with at most one -1 (the remaining devices)")
-    require(self.rl.temperature == self.selfplay.temperature, "rl.temperature",
-            self.rl.temperature, f"the rollouts' temperature {self.selfplay.temperature}")
+    for field, temperature in _temperatures(self.selfplay).items():
+      require(getattr(self.rl, field) == temperature, f"rl.{field}", getattr(self.rl, field),
+              f"the rollouts' {temperature} (config.sampling)")
     require(self.selfplay.max_cache_len == self.engine.max_cache_len, "selfplay.max_cache_len",
             self.selfplay.max_cache_len, f"engine.max_cache_len={self.engine.max_cache_len}")
     bounds = self.selfplay.batch_bounds(self.train.num_steps)
@@ -122,12 +124,18 @@ class Experiment:
     train = from_section(TrainConfig, config.train, "train")
     return cls(model=from_section(PolicyConfig, config.model, "model"), selfplay=selfplay,
                engine=engine, sandbox=from_section(SandboxConfig, config.sandbox, "sandbox"),
-               rl=RLConfig.from_config(config.rl, temperature=selfplay.temperature,
+               rl=RLConfig.from_config(config.rl, **_temperatures(selfplay),
                                        bounds=selfplay.batch_bounds(train.num_steps)),
                corpus=CorpusConfig.from_config(config.corpus),
                metrics=MetricsConfig.from_config(config), train=train,
                eval=EvalConfig.from_config(config), tokenizer=config.tokenizer,
                mesh=tuple(sorted(mesh.items(), key=_axis_order)), source=source)
+
+
+def _temperatures(selfplay: SelfPlayConfig) -> dict[str, float]:
+  """RLConfig's derived {<role>_temperature: config.sampling.<role>.temperature}."""
+  return {f"{role}_temperature": getattr(selfplay, f"{role}_sampling").temperature
+          for role in ("agent", "designer")}
 
 
 def _axis_order(item: tuple[str, int]) -> tuple[int, str]:

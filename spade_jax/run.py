@@ -82,7 +82,7 @@ def seed_entries(settings: SelfPlayConfig, split: str = "all") -> list[MemoryEnt
   or minigames."""
   if settings.library == "minigames":
     return [MemoryEntry(g.uid, g.source, g.hint, g.category, "seed", -1)
-            for g in minigames.library(settings.skills)]
+            for g in minigames.library(settings.skills, min_size=settings.min_library_size)]
   if settings.library == "vowels":
     return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
             for skill in settings.skills]

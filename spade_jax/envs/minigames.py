@@ -373,10 +373,12 @@ def stream(seed: int = 0, start: int = 0):
     index += 1
 
 
-def library(categories=None, per_family: int = 2) -> list[Minigame]:
-  """The loop's first memory for `selfplay.library = "minigames"`: indices 0.. of each family.
+def library(categories=None, per_family: int = 2, min_size: int = 0) -> list[Minigame]:
+  """The loop's first memory for `selfplay.library = "minigames"`: indices 0.. of each family
+  of the categories, `per_family` of each or more, so that there are at least `min_size`.
 
   Seed 1, so the starter's fine-tuning set (seed 0) does not contain them.
   """
-  return [minigame(f, i, seed=1) for f, (cat, _, _) in FAMILIES.items()
-          if categories is None or cat in categories for i in range(per_family)]
+  families = [f for f, (cat, _, _) in FAMILIES.items() if categories is None or cat in categories]
+  per_family = max(per_family, -(-min_size // max(len(families), 1)))
+  return [minigame(f, i, seed=1) for f in families for i in range(per_family)]

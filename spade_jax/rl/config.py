@@ -1,11 +1,11 @@
 """GRPO trainer settings: one frozen struct read from `config.rl`, checked once at start.
 
-`RLConfig.from_config(config.rl, temperature=...)` accepts an `ml_collections.ConfigDict`
+`RLConfig.from_config(config.rl, **derived_values)` accepts an `ml_collections.ConfigDict`
 or a plain mapping. Missing fields take the defaults below; unknown fields and bad values
 raise a `ConfigError` naming the field, so a typo in a launch override fails before
-anything compiles. `temperature` (the rollouts' sampling temperature) and `bounds` (the
-largest batch of the run) are derived: the experiment (`spade_jax.experiment.Experiment`)
-passes them, config.rl does not hold them.
+anything compiles. `agent_temperature` and `designer_temperature` (each role's sampling
+temperature) and `bounds` (the largest batch of the run) are derived: the experiment
+(`spade_jax.experiment.Experiment`) passes them, config.rl does not hold them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from spade_jax.checks import ConfigError, derived, is_number, require, settable_fields
+from spade_jax.checks import derived, from_section, is_number, require, section_defaults
 from spade_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from spade_jax.rl.aggregation import AGGREGATIONS
 from spade_jax.rl.batch import BatchBounds
@@ -64,9 +64,11 @@ class RLConfig:
   # "loss": logits only at loss positions (step_inputs.loss_positions); "all": every position.
   logprob_positions: str = "loss"
   logprob_remat: bool = False  # recompute chunk logits in the backward: no [B, T, V] kept
-  # The rollouts' sampling temperature (logits are divided by it). Not a config.rl field:
-  # the experiment derives it from config.sampling (SelfPlayConfig.temperature).
-  temperature: float = derived(1.0, "sampling.agent.temperature")
+  # Each role's sampling temperature: the step divides a row's logits by its role's, so its
+  # log-probs are those of the distribution the row was sampled from. Not config.rl fields:
+  # the experiment derives them from config.sampling.
+  agent_temperature: float = derived(1.0, "sampling.agent.temperature")
+  designer_temperature: float = derived(1.0, "sampling.designer.temperature")
   # The largest batch of the run (SelfPlayConfig.batch_bounds): every batch pads to it, so the
   # step compiles at most twice (rl/step_inputs.py). None (a Trainer built on its own, e.g.
   # in tests): each batch's own size sets its shape.
@@ -95,38 +97,36 @@ class RLConfig:
     _check(self.micro_batch_size >= 0, "micro_batch_size", ">= 0 (0 = whole batch)",
            self.micro_batch_size)
     _check(self.logprob_chunk > 0, "logprob_chunk", "> 0", self.logprob_chunk)
-    _check(self.temperature > 0, "temperature", "> 0 (greedy rollouts have no log-probs)",
-           self.temperature)
+    for name in ("agent_temperature", "designer_temperature"):
+      _check(getattr(self, name) > 0, name, "> 0 (greedy rollouts have no log-probs)",
+             getattr(self, name))
     for name in ("adam_b1", "adam_b2"):
       _check(0 <= getattr(self, name) < 1, name, "in [0, 1)", getattr(self, name))
     _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
 
   @classmethod
-  def from_config(cls, rl: Mapping[str, Any] | Any, *, temperature: float = 1.0,
-                  bounds: BatchBounds | None = None) -> RLConfig:
-    """Builds the struct from `config.rl` (ConfigDict or mapping), the rollouts' temperature
-    and the run's batch bounds; unknown keys raise. Integral floats of int fields become
-    ints."""
+  def from_config(cls, rl: Mapping[str, Any] | Any, **derived_values: Any) -> RLConfig:
+    """Builds the struct from `config.rl` (ConfigDict or mapping) and the derived fields
+    (the roles' temperatures, the run's batch bounds); unknown keys raise, a derived one
+    naming where it comes from. Integral floats of int fields become ints."""
     values = dict(rl.to_dict() if hasattr(rl, "to_dict") else rl)
-    fields = {f.name: f for f in settable_fields(cls)}
-    if "temperature" in values:
-      raise ConfigError("config.rl.temperature is not a setting: the trainer uses the "
-                        "rollouts' temperature, config.sampling.agent.temperature")
-    unknown = sorted(set(values) - set(fields))
-    if unknown:
-      raise ConfigError(f"unknown config.rl field(s) {unknown}; known: {sorted(fields)}")
-    typed = {}
-    for name, value in values.items():
-      default = fields[name].default
-      if isinstance(default, bool):
-        require(isinstance(value, bool), f"rl.{name}", value, "a bool")
-      elif isinstance(default, (int, float)):
-        require(is_number(value), f"rl.{name}", value, "a number")
-        if isinstance(default, int):
-          require(value == int(value), f"rl.{name}", value, "an integer")
-        value = type(default)(value)
-      typed[name] = value
-    return cls(**typed, temperature=temperature, bounds=bounds)
+    defaults = section_defaults(cls)
+    typed = {name: _typed(name, value, defaults[name]) if name in defaults else value
+             for name, value in values.items()}
+    return from_section(cls, typed, "rl", **derived_values)
+
+
+def _typed(name: str, value: Any, default: Any) -> Any:
+  """`value` of config.rl.<name> checked against its default's type; an integral float of an
+  int field becomes an int."""
+  if isinstance(default, bool):
+    require(isinstance(value, bool), f"rl.{name}", value, "a bool")
+  elif isinstance(default, (int, float)):
+    require(is_number(value), f"rl.{name}", value, "a number")
+    if isinstance(default, int):
+      require(value == int(value), f"rl.{name}", value, "an integer")
+    value = type(default)(value)
+  return value
 
 
 def _check(ok: bool, name: str, expected: str, value: Any) -> None:

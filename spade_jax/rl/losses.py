@@ -22,9 +22,12 @@ LOG_RATIO_BOUND = 20.0
 
 
 def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk: int,
-                   temperature: float = 1.0, remat: bool = False,
+                   temperature: float | jax.Array = 1.0, remat: bool = False,
                    positions: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
   """Returns (logp [B, T], entropy [B, T]) of each token given its prefix.
+
+  The logits are divided by `temperature`: one for every row, or one a row ([B]), the one
+  the row was sampled at, so that logp is the sampling distribution's.
 
   The vocabulary projection runs over `chunk` positions at a time in a loop, so the
   forward pass holds only [B, chunk, V] float32 logits at once. With `remat` the backward
@@ -39,6 +42,7 @@ def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk
   """
   h = model.hidden(tokens, attention_mask=attention_mask)  # [B, T, D]
   b, t, _ = h.shape
+  temperature = jnp.broadcast_to(jnp.asarray(temperature, jnp.float32), (b,))
   if positions is None:
     logp, entropy = _chunked_logprobs(model, h[:, :-1], tokens[:, 1:], chunk, temperature,
                                       remat)  # [B, T - 1]
@@ -50,9 +54,10 @@ def token_logprobs(model, tokens: jax.Array, attention_mask: jax.Array, *, chunk
   return _at_positions(logp, positions, t), _at_positions(entropy, positions, t)
 
 
-def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int, temperature: float,
-                      remat: bool) -> tuple[jax.Array, jax.Array]:
-  """h [B, N, D] predicts targets [B, N] -> (logp, entropy) [B, N], `chunk` positions a time."""
+def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int,
+                      temperature: jax.Array, remat: bool) -> tuple[jax.Array, jax.Array]:
+  """h [B, N, D] predicts targets [B, N] at temperature [B] -> (logp, entropy) [B, N],
+  `chunk` positions a time."""
   b, n, d = h.shape
   num_chunks = -(-n // chunk)
   size = min(chunk, n)
@@ -66,7 +71,7 @@ def _chunked_logprobs(model, h: jax.Array, targets: jax.Array, chunk: int, tempe
   def one_chunk(args):
     hc, tc = args
     hc = constrain(hc, (None, None, None))  # [B, C, D]: the micro-batch's rows on every chip
-    logits = model.logits_from_hidden(hc, head, _VOCAB_PARALLEL) / temperature  # [B, C, V]
+    logits = model.logits_from_hidden(hc, head, _VOCAB_PARALLEL) / temperature[:, None, None]
     logz = jax.nn.logsumexp(logits, axis=-1)  # [B, C]
     picked = _picked(logits, tc)  # [B, C]
     probs = jax.lax.stop_gradient(jnp.exp(logits - logz[..., None]))

@@ -9,7 +9,8 @@ with explicit in/out shardings (taken from the model's parameter shardings) and 
   tokens, attention_mask      [M, mb, T] int32
   loss_mask, behaviour_logprobs, weights  [M, mb, T] float32 (weights: aggregation.py)
   advantages                  [M, mb] float32
-  roles (optional)            [M, mb] int32: AGENT / DESIGNER (absent: every row the agent's)
+  roles (optional)            [M, mb] int32: AGENT / DESIGNER (absent: every row the agent's);
+                              a row's logits are divided by its role's sampling temperature
   positions (optional)        [M, mb, L] int32: where logits are needed (step_inputs.py)
 Micro-batches run in a `lax.scan` that sums gradients; because the token weights are
 normalised over the whole batch, the sum is exactly the full-batch gradient.
@@ -30,7 +31,7 @@ import optax
 from flax import nnx
 
 from spade_jax.rl.advantages import ROLE_NAMES
-from spade_jax.rl.batch import AGENT
+from spade_jax.rl.batch import AGENT, DESIGNER
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.losses import grpo_token_loss, token_logprobs
 
@@ -48,11 +49,11 @@ def _micro_loss(params, ref_logp, rest, mb: dict[str, jax.Array], *, graphdef,
                 cfg: RLConfig) -> tuple[jax.Array, dict[str, jax.Array]]:
   """Weighted loss of one micro-batch (already normalised over the full batch)."""
   model = nnx.merge(graphdef, params, rest)
+  roles = _roles(mb)
   logp, entropy = token_logprobs(model, mb["tokens"], mb["attention_mask"],
-                                 chunk=cfg.logprob_chunk, temperature=cfg.temperature,
+                                 chunk=cfg.logprob_chunk, temperature=row_temperatures(roles, cfg),
                                  remat=cfg.logprob_remat, positions=mb.get("positions"))
   mask = mb["loss_mask"] > 0  # [mb, T]
-  roles = mb.get("roles", jnp.full(mask.shape[:1], AGENT, jnp.int32))  # [mb]
   per_token, terms = grpo_token_loss(logp, mb["behaviour_logprobs"], ref_logp,
                                      mb["advantages"], mb["loss_mask"], cfg,
                                      tis_rows=roles == AGENT)
@@ -75,9 +76,19 @@ def reference_logprobs(ref_params, rest, mb: dict[str, jax.Array], *, graphdef,
   """Log-probs [mb, T] of the frozen reference policy (no gradient)."""
   model = nnx.merge(graphdef, ref_params, rest)
   logp, _ = token_logprobs(model, mb["tokens"], mb["attention_mask"],
-                           chunk=cfg.logprob_chunk, temperature=cfg.temperature,
+                           chunk=cfg.logprob_chunk, temperature=row_temperatures(_roles(mb), cfg),
                            positions=mb.get("positions"))
   return jax.lax.stop_gradient(logp)
+
+
+def row_temperatures(roles: jax.Array, cfg: RLConfig) -> jax.Array:
+  """The sampling temperature [mb] of each row: its role's (config.sampling.<role>)."""
+  return jnp.where(roles == DESIGNER, cfg.designer_temperature, cfg.agent_temperature)
+
+
+def _roles(mb: dict[str, jax.Array]) -> jax.Array:
+  """The micro-batch's role ids [mb]; a batch without them is all the agent's."""
+  return mb.get("roles", jnp.full(mb["tokens"].shape[:1], AGENT, jnp.int32))
 
 
 def train_step(params, opt_state, ref_params, rest, batch: dict[str, jax.Array], *,

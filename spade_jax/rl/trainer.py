@@ -87,8 +87,8 @@ class Trainer:
               workdir: str | os.PathLike, *, seed: int, save_every: int, keep: int,
               checkpoint: str = "", preset: str = "") -> Trainer:
     """A trainer that checkpoints under <workdir>/checkpoints every `save_every` updates,
-    keeping the newest `keep`. `rl` comes whole from the experiment (its temperature is
-    the rollouts'); with LoRA, `checkpoint` / `preset` / `seed` record the frozen base
+    keeping the newest `keep`. `rl` comes whole from the experiment (its temperatures are
+    the roles' rollouts'); with LoRA, `checkpoint` / `preset` / `seed` record the frozen base
     that `load_model` rebuilds the adapters on."""
     checkpoints = CheckpointManager(storage.join(workdir, "checkpoints"), save_every=save_every,
                                     keep=keep)

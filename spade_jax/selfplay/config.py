@@ -63,7 +63,8 @@ class SelfPlayConfig:
   use_corpus: bool = True  # ground each designer prompt in a corpus passage
   use_memory: bool = True  # show the designer a sample of the environment memory
   train_designer: bool = True  # False = frozen designer (no designer gradient)
-  fixed_envs: str = ""  # one of FIXED_ENVS: "" (SPADE), "grpo" or "rlve" (seed library)
+  # One of FIXED_ENVS: "" (SPADE), "grpo" or "rlve": num_envs library environments a step.
+  fixed_envs: str = ""
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
   # The library memory starts from: "seeds" (the setting's seed environments), "vowels" (the
@@ -119,16 +120,12 @@ class SelfPlayConfig:
     designer_system_prompt(self.setting, self.designer_reward)  # the reward has prompt text
     for name in ("designer_sampling", "agent_sampling"):
       _check_sampling(field_path(name), getattr(self, name))
-    require(self.designer_sampling.temperature == self.agent_sampling.temperature,
-            "sampling.agent.temperature", self.agent_sampling.temperature,
-            f"equal to config.sampling.designer.temperature="
-            f"{self.designer_sampling.temperature} (one policy: the trainer divides every "
-            "row's logits by the same temperature)")
 
   @property
-  def temperature(self) -> float:
-    """The rollouts' sampling temperature, which the trainer's log-probs must use."""
-    return self.agent_sampling.temperature
+  def min_library_size(self) -> int:
+    """The fewest library environments the run needs: a fixed-env baseline plays num_envs of
+    them a step, as many environments as SPADE plays designs; SPADE needs none."""
+    return self.num_envs if self.fixed_envs else 0
 
   def max_prompt_tokens(self, params: SamplingParams) -> int | None:
     """Longest prompt that leaves room for a whole reply in the engine's cache."""

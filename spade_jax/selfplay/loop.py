@@ -29,6 +29,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from spade_jax.checks import require
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.selfplay import batching, designer, regret
 from spade_jax.selfplay.chat import ChatFormatter
@@ -68,8 +69,10 @@ class SelfPlayLoop:
     self.tokenizer = tokenizer
     self.formatter = ChatFormatter(tokenizer)
     self.library = [e for e in library if e.category in settings.skills]
-    if settings.fixed_envs and not self.library:
-      raise ValueError(f"fixed_envs needs seed environments in the skills {settings.skills}")
+    require(len(self.library) >= settings.min_library_size, "selfplay.num_envs",
+            settings.num_envs, f"<= {len(self.library)}, the library environments of the "
+            f"skills {settings.skills} that selfplay.fixed_envs={settings.fixed_envs!r} plays "
+            "a step")
     self.memory = memory if memory is not None else EnvMemory(
         settings.memory_capacity, [dataclasses.replace(e) for e in self.library])
     self.schedule = EnvSchedule(settings.k)
@@ -215,9 +218,8 @@ class SelfPlayLoop:
     """Fixed-env baselines: walk a seeded permutation of the seed library (RLVE: at a level)."""
     s, lib = self.settings, self.library
     order = derive_rng(s.seed, "fixed").permutation(len(lib))
-    n = min(s.num_envs, len(lib))
-    first = ((t - 1) // s.k) * n
-    picked = [lib[order[(first + i) % len(lib)]] for i in range(n)]
+    first = ((t - 1) // s.k) * s.num_envs
+    picked = [lib[order[(first + i) % len(lib)]] for i in range(s.num_envs)]
     envs = []
     for e in picked:
       level = None if self.rlve is None else self.rlve.sample_level(
@@ -235,10 +237,12 @@ class SelfPlayLoop:
       cap = min(s.max_turns, env.max_turns) if env.max_turns else s.max_turns
       for arm in self.arms:
         for g in range(s.group_size):
+          # The reset seed leaves out the arm: the g-th episodes of the two arms play the same
+          # instance, so the hint is all that differs between them (paired regret).
           specs.append(EpisodeSpec(
               key=(t, env.uid, arm, g), env_uid=env.uid, arm=arm, source=env.source,
               hint=env.hint if arm == "hint" else None,
-              seed=derive_seed(s.seed, "reset", t, env.uid, arm, g),
+              seed=derive_seed(s.seed, "reset", t, env.uid, g),
               sample_seed=derive_seed(s.seed, "sample", t, env.uid, arm, g), max_turns=cap))
     if not specs:
       return []

@@ -1,6 +1,7 @@
 """Minigames: short template games that the real validator passes with every guard."""
 
 import collections
+import dataclasses
 import itertools
 
 import pytest
@@ -58,3 +59,14 @@ def test_the_library_setting_fills_the_memory_with_minigames_of_the_skills():
   with pytest.raises(ValueError, match="selfplay.library"):
     SelfPlayConfig(setting="tool_use", library="minigames",
                      skills=("lookup", "transaction"), categories_per_step=2)
+
+
+def test_a_fixed_env_baseline_library_holds_a_step_of_distinct_minigames():
+  """Fixed-env GRPO plays num_envs library games a step, as many as SPADE plays designs."""
+  from spade_jax.run import seed_entries  # the composition root's library (imports jax)
+
+  spade = SelfPlayConfig(library="minigames", skills=("deduction",), categories_per_step=1,
+                         num_envs=6)
+  assert len(seed_entries(spade)) == 2  # SPADE's memory starts from two of the family
+  grpo = seed_entries(dataclasses.replace(spade, fixed_envs="grpo"))
+  assert len(grpo) == 6 and len({e.source for e in grpo}) == 6

@@ -44,13 +44,16 @@ def test_every_section_of_the_base_config_is_its_structs_defaults():
 def test_derived_fields_are_computed_when_the_experiment_is_built():
   config = config_schema.base_config()
   config.engine.max_cache_len = 4096
-  config.sampling.designer.temperature = config.sampling.agent.temperature = 0.7
+  config.sampling.designer.temperature, config.sampling.agent.temperature = 0.3, 0.7
   experiment = config_schema.validate(config)
-  assert experiment.selfplay.max_cache_len == 4096 and experiment.rl.temperature == 0.7
+  assert experiment.selfplay.max_cache_len == 4096
+  assert (experiment.rl.agent_temperature, experiment.rl.designer_temperature) == (0.7, 0.3)
   assert experiment.rl.bounds.length == 4096  # and the rest of SelfPlayConfig.batch_bounds
   assert experiment.rl.bounds == experiment.selfplay.batch_bounds(experiment.train.num_steps)
-  with pytest.raises(ConfigError, match="config.rl.temperature=1.0: expected the rollouts'"):
-    dataclasses.replace(experiment, rl=dataclasses.replace(experiment.rl, temperature=1.0))
+  with pytest.raises(ConfigError,
+                     match=r"config.rl.designer_temperature=1.0: expected the rollouts' 0.3"):
+    dataclasses.replace(experiment,
+                        rl=dataclasses.replace(experiment.rl, designer_temperature=1.0))
   with pytest.raises(ConfigError, match="selfplay.max_cache_len=8192: expected engine"):
     dataclasses.replace(experiment, selfplay=dataclasses.replace(experiment.selfplay,
                                                                  max_cache_len=8192))

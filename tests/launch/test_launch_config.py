@@ -38,7 +38,8 @@ def test_every_trainer_setting_is_in_the_base_config_with_its_default():
   """So each RLConfig field can be overridden as --config.rl.NAME=VALUE (but the derived ones)."""
   rl = config_schema.base_config().rl
   defaults = {f.name: f.default for f in dataclasses.fields(RLConfig)}
-  assert set(rl.keys()) == set(defaults) - {"temperature", "bounds"}
+  assert set(rl.keys()) == set(defaults) - {"agent_temperature", "designer_temperature",
+                                            "bounds"}
   assert {k: rl[k] for k in rl.keys() if rl[k] != defaults[k]} == {}
   config, _, _ = _parse("--config=smoke.py", "--config.rl.logprob_positions=all")
   assert RLConfig.from_config(config.rl).logprob_positions == "all"
@@ -54,14 +55,13 @@ def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
       "float32", "float32", "auto", "auto")
 
 
-def test_trainer_temperature_is_the_rollouts():
+def test_trainer_temperatures_are_each_roles_rollouts():
   with pytest.raises(config_schema.ConfigError, match="unknown config field.*temperature"):
-    _parse("--config=smoke.py", "--config.rl.temperature=0.7")
+    _parse("--config=smoke.py", "--config.rl.agent_temperature=0.7")
   config, _, _ = _parse("--config=smoke.py", "--config.sampling.agent.temperature=0.7",
-                        "--config.sampling.designer.temperature=0.7")
+                        "--config.sampling.designer.temperature=0.3")
   experiment = config_schema.validate(config)
-  assert experiment.selfplay.temperature == experiment.rl.temperature == 0.7
-  assert SelfPlayConfig.from_config(config).temperature == 0.7
+  assert (experiment.rl.agent_temperature, experiment.rl.designer_temperature) == (0.7, 0.3)
 
 
 def test_model_remat_and_attention_kernel_reach_the_policy():
@@ -173,7 +173,7 @@ def test_shipped_configs_validate(name, tmp_path):
     ("selfplay.designer_reward=novelty", r"designer_reward='novelty': expected one of"),
     ("selfplay.designer_advantage=best", r"config.selfplay.designer_advantage='best': expected "
      r"one of \('discard', 'penalty', 'two_level'\)$"),
-    ("sampling.agent.temperature=0.7", r"sampling.agent.temperature=0.7: expected equal"),
+    ("sampling.agent.temperature=0", r"sampling.agent.temperature=0.0: expected > 0"),
     ("sampling.agent.top_p=0", r"config.sampling.agent.top_p=0.0: expected in \(0, 1\]"),
     ("model.remat=all", r"config.model: ModelConfig.remat='all'; expected one of"),
     ("model.compute_dtype=int8", r"config.model: ModelConfig.compute_dtype='int8'"),

@@ -228,6 +228,9 @@ def test_config_errors_name_the_field():
     RLConfig.from_config({"clip_low": 1.5})
   with pytest.raises(ValueError, match="config.rl.tis_cap=-1.0: expected >= 0"):
     RLConfig.from_config({"tis_cap": -1.0})
+  with pytest.raises(ValueError, match="config.rl.designer_temperature is not a setting: it "
+                     "is derived from config.sampling.designer.temperature"):
+    RLConfig.from_config({"designer_temperature": 0.3})
   with pytest.raises(ValueError, match="config.rl.adv_std_bessel=1: expected a bool"):
     RLConfig.from_config({"adv_std_bessel": 1})
   with pytest.raises(ValueError, match="total_steps"):

@@ -14,6 +14,7 @@ import json
 import pytest
 
 from spade_jax import config_schema
+from spade_jax.checks import ConfigError
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
 from spade_jax.envs.library import load_seed_library
@@ -23,6 +24,7 @@ from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.loop import SelfPlayLoop
 from spade_jax.selfplay.memory import MemoryEntry
+from spade_jax.selfplay.record import ARMS
 from tests.selfplay.selfplay_fakes import (
   REPLY_LOGPROB,
   ByteTokenizer,
@@ -173,6 +175,14 @@ def test_fixed_envs_play_the_seed_library_without_designer():
   assert all(r.designer_samples == 0 for r in records)
 
 
+def test_fixed_envs_play_num_envs_a_step_or_refuse_a_smaller_library():
+  loop, _ = make_loop(fixed_envs="grpo", num_envs=1)
+  assert [len(r.envs) for r in run(loop, 3)] == [1, 1, 1]
+  with pytest.raises(ConfigError, match=r"^config.selfplay.num_envs=3: expected <= 2, the "
+                     r"library environments of the skills \('s1', 's2'\)"):
+    make_loop(fixed_envs="grpo", num_envs=3)
+
+
 def test_frozen_designer_generates_but_never_trains():
   loop, policy = make_loop(train_designer=False)
   records = run(loop, 5)
@@ -211,6 +221,30 @@ class HintArmInfraFailures(FakePool):
     records = dict(zip([e[0] for e in ok], super().reset(ok), strict=True))
     return [records.get(e[0]) or EnvStep("", error_kind=self.kind, error_detail="no worker")
             for e in episodes]
+
+
+class ResetSeeds(FakePool):
+  """Records the reset seed of every agent episode by its key (step, env, arm, index)."""
+
+  def __init__(self):
+    super().__init__()
+    self.seeds = {}
+
+  def reset(self, episodes):
+    self.seeds.update({key: seed for key, _, seed in episodes
+                       if len(key) == 4 and key[2] in ARMS})  # not validation's resets
+    return super().reset(episodes)
+
+
+def test_the_two_arms_of_an_environment_reset_with_the_same_seeds():
+  pool = ResetSeeds()
+  loop, _ = make_loop(pool=pool)
+  run(loop, 2)
+  plays = {(t, uid, g) for t, uid, _, g in pool.seeds}
+  assert len(plays) == 2 * 2 and len(pool.seeds) == 2 * len(plays)  # 2 steps x G = 2, 2 arms
+  for t, uid, g in plays:
+    assert pool.seeds[(t, uid, "no_hint", g)] == pool.seeds[(t, uid, "hint", g)]
+  assert len(set(pool.seeds.values())) == len(plays)  # new instances each episode and step
 
 
 def test_infra_failures_are_dropped_not_scored():
