@@ -71,7 +71,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import rollout  # noqa: E402  (bench/rollout.py: the multi-turn workload and its driver)
+import rollout  # noqa: E402  (bench/rollout.py: the multi-turn workload)
 
 from spade_jax import tpu_aot  # noqa: E402
 from spade_jax.engine import slot_engine  # noqa: E402
@@ -80,6 +80,7 @@ from spade_jax.engine.conversation import SlotConversationEngine  # noqa: E402
 from spade_jax.engine.slot_engine import SlotEngine  # noqa: E402
 from spade_jax.engine.state import SlotParams, init_decode_state, pick_bucket  # noqa: E402
 from spade_jax.engine.state import state_shardings as decode_state_shardings  # noqa: E402
+from spade_jax.engine.workload import play  # noqa: E402
 from spade_jax.model import Qwen3, create_sharded, get_preset, make_mesh  # noqa: E402
 from spade_jax.model.config import ModelConfig  # noqa: E402
 from spade_jax.model.sharding import MESH_AXES, abstract_sharded, batch_shards  # noqa: E402
@@ -485,7 +486,7 @@ def bench_rollout(preset: str, setting: Setting, scale: int, slots: int) -> dict
     engine = SlotConversationEngine(model, num_slots=slots,
                                     decode_steps_per_poll=ROLLOUT_DECODE_STEPS, **ROLLOUT_ENGINE)
     start = time.perf_counter()
-    tokens = rollout.run_ours(engine, jobs)
+    tokens = play(engine, jobs).tokens
     return tokens, time.perf_counter() - start
 
   warm_tokens, warm_s = run(workload(1))

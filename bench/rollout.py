@@ -35,8 +35,8 @@ import jax
 import numpy as np
 from flax import nnx
 
-from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.engine.workload import play
 from spade_jax.model import Qwen3, get_preset
 from spade_jax.model.hf_io import save_pretrained
 
@@ -53,27 +53,6 @@ def make_workload(vocab: int, seed: int = 0):
                          obs=[toks(rng.randint(20, 61)) for _ in range(turns - 1)]))
   designer = [dict(prompt=toks(rng.randint(64, 97)), budgets=[400], obs=[]) for _ in range(8)]
   return episodes, designer
-
-
-def run_ours(engine: SlotConversationEngine, jobs: list[dict]) -> int:
-  """Drives all jobs through the engine; returns the number of generated tokens."""
-  turn = {}
-  for i, job in enumerate(jobs):
-    engine.submit(Request(i, job["prompt"], SamplingParams(job["budgets"][0], seed=i)))
-    turn[i] = 0
-  generated = 0
-  while engine.pending():
-    for c in engine.poll():
-      i = c.conversation_id
-      generated += len(c.tokens)
-      turn[i] += 1
-      job = jobs[i]
-      if turn[i] < len(job["budgets"]):
-        engine.submit(Request(i, job["obs"][turn[i] - 1],
-                              SamplingParams(job["budgets"][turn[i]], seed=i)))
-      else:
-        engine.release(i)
-  return generated
 
 
 def run_baseline(hf, episodes: list[dict], designer: list[dict]) -> int:
@@ -138,7 +117,7 @@ def main() -> None:
                                     prefill_buckets=(32, 64, 96, 128),
                                     decode_steps_per_poll=args.decode_steps)
     start = time.perf_counter()
-    ours_tokens = run_ours(engine, jobs)
+    ours_tokens = play(engine, jobs).tokens
     times.append(time.perf_counter() - start)
     print(f"ours: {times[-1]:.1f}s", file=sys.stderr, flush=True)
   start = time.perf_counter()

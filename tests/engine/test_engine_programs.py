@@ -17,8 +17,8 @@ from absl import flags
 
 from spade_jax import config_schema
 from spade_jax.engine import slot_engine
-from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.state import init_decode_state
+from spade_jax.engine.workload import play
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.testing import random_model
 from spade_jax.run import build_engine
@@ -108,27 +108,6 @@ def games_step(experiment, seed: int = 0) -> tuple[list[dict], list[dict]]:
   return designer, episodes
 
 
-def play(engine, jobs: list[dict]) -> int:
-  """Every job to its last turn (or a full cache) through the engine, as the loop plays a
-  phase; returns the turns completed."""
-  turn = {}
-  for i, job in enumerate(jobs):
-    engine.submit(Request(i, job["prompt"], SamplingParams(job["budgets"][0], seed=i)))
-    turn[i] = 0
-  done = 0
-  while engine.pending():
-    for c in engine.poll():
-      i, job = c.conversation_id, jobs[c.conversation_id]
-      done += 1
-      turn[i] += 1
-      if turn[i] < len(job["budgets"]) and c.finish_reason != "cache_full":
-        engine.submit(Request(i, job["obs"][turn[i] - 1],
-                              SamplingParams(job["budgets"][turn[i]], seed=i)))
-      else:
-        engine.release(i)
-  return done
-
-
 @pytest.mark.parametrize("config", ["games.py", "games_lora.py"])
 def test_a_games_step_compiles_a_handful_of_engine_programs(config, monkeypatch):
   """Appends (one per prefill bucket and read length) and one decode block; the decode
@@ -139,7 +118,7 @@ def test_a_games_step_compiles_a_handful_of_engine_programs(config, monkeypatch)
   recorder = ProgramRecorder(monkeypatch)
   engine = build_engine(experiment.engine, random_model(TINY), mesh=None)
   designer, episodes = games_step(experiment)
-  turns = play(engine, designer) + play(engine, episodes)
+  turns = play(engine, designer).turns + play(engine, episodes).turns
   assert turns >= len(designer) + len(episodes)
   counts = recorder.per_function()
   assert len(recorder.programs) <= MOST_PROGRAMS, counts
