@@ -22,7 +22,7 @@ are exactly the prompts this run sends. Choices, and why:
   replies up to 48 (one `<action>...</action>`, no reasoning: the starter never learned to
   think first); 6 turns an episode; 3,072 positions a conversation.
 * designer temperature 0.3: a design is hundreds of tokens that must all be right, and at 0.7
-  a small model's tail mass breaks most (bench/RESULTS.md, the starter's design experiments).
+  a small model's tail mass breaks most (bench/RESULTS_LOG.md, the starter's design experiments).
   The agent samples at 0.3 too; each role's may be set on its own (the trainer takes each
   row's log-probs at its role's temperature).
 * a refresh short of valid designs is topped up from the memory (fill_from_memory), so that

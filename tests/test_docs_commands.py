@@ -314,6 +314,34 @@ def test_config_files_and_overrides_are_real():
   assert not errors, "\n".join(errors)
 
 
+def _value(config, path: str):
+  node = config
+  for part in path.split("."):
+    node = node[part]
+  return node
+
+
+def test_overrides_change_the_config():
+  """A documented command whose `--config.FIELD=VALUE` overrides all set the values its
+  config already has runs the config unchanged, so it does not do what it shows (a smoke run
+  "overridden" to its own step count resumes and runs no step). Restating a value beside
+  real changes (the Colab recipe's sizes) is fine."""
+  errors = []
+  for c in COMMANDS:
+    words = c.words
+    overrides = [w for w in words if w.startswith("--config.")]
+    if c.synopsis or not overrides or "--config" not in words:
+      continue
+    module = words[words.index("--config") + 1]
+    config, _ = config_schema.parse_config_args(["prog", "--config", module], flags.FlagValues())
+    changed, _ = config_schema.parse_config_args(["prog", "--config", module, *overrides],
+                                                 flags.FlagValues())
+    fields = [w.split("=", 1)[0].removeprefix("--config.") for w in overrides]
+    if all(_value(changed, f) == _value(config, f) for f in fields):
+      errors.append(f"{c}\n  its overrides leave {module} as it is: {overrides}")
+  assert not errors, "\n".join(errors)
+
+
 def test_config_fields_named_in_the_prose_are_real():
   base = config_schema.base_config()
   found = [(where, f) for where, line in PROSE

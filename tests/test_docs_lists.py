@@ -1,6 +1,7 @@
 """The lists in docs/ that drift stay the code's: files per package, the self-play loop's
 imports and checkpoint state keys, `StepRecord` / `EnvReport` fields, the workdir layout,
-and the README's summary of the games run.
+the README's summary of the games run and its Layout tree, and bench/RESULTS.md's table per
+benchmark.
 
 Each list is read from the doc as written (a table's first column, or one marked sentence)
 and compared both ways with what the code has, so a file, field or key added, renamed or
@@ -10,6 +11,7 @@ removed on either side fails here with the difference named.
 import ast
 import dataclasses
 import re
+import subprocess
 
 import pytest
 
@@ -134,3 +136,68 @@ def test_readme_games_summary_is_the_games_config():
                      f"{_NUMBER_WORDS[games.categories_per_step]} of "
                      f"{_NUMBER_WORDS[len(GAME_CATEGORIES)]} cognitive-skill categories, "
                      f"k = {games.k}")
+
+
+def _layout_groups() -> dict[str, list[str]]:
+  """The README's Layout tree: each top-level entry (`spade_jax/`, `configs/`, ...) with its
+  lines."""
+  readme = (config_schema.REPO_ROOT / "README.md").read_text()
+  block = re.search(r"\n## Layout\n+```\n(.*?)\n```", readme, re.S).group(1)
+  groups: dict[str, list[str]] = {}
+  for line in block.splitlines():
+    if not line.startswith(" "):
+      head = line.split()[0]
+      groups[head] = []
+    groups[head].append(line)
+  return groups
+
+
+def _tracked(folder: str = "") -> set[str]:
+  """The names of the tracked files and folders directly under `folder` of the repository."""
+  out = subprocess.run(["git", "ls-files", "--", folder or "."], cwd=config_schema.REPO_ROOT,
+                       capture_output=True, text=True, check=True).stdout
+  prefix = f"{folder}/" if folder else ""
+  names = set()
+  for path in out.splitlines():
+    rest = path.removeprefix(prefix).split("/")
+    names.add(rest[0] + ("/" if len(rest) > 1 else ""))
+  return names
+
+
+def test_readme_layout_is_the_tree():
+  """Every folder of the repository is a top-level entry; every package and module of
+  spade_jax/ leads a line of its entry; a folder whose entry names one of its files
+  (`x.py`, `x.ipynb`) names them all."""
+  groups = _layout_groups()
+  folders = {n for n in _tracked() if n.endswith("/") and not n.startswith(".")}
+  assert (sorted(folders - set(groups)), sorted(set(groups) - folders)) == ([], []), (
+      "README Layout's top-level entries against the repository's folders: (missing, not there)")
+  package = {n for n in _tracked("spade_jax") if n != "__init__.py"}
+  led = {line.split()[0] for line in groups["spade_jax/"][1:]
+         if line.split()[0].endswith(("/", ".py"))}
+  assert (sorted(package - led), sorted(led - package)) == ([], []), (
+      "README Layout's spade_jax/ entries against the package: (missing, not there)")
+  for head, lines in groups.items():
+    named = set(re.findall(r"\b\w+\.(?:py|ipynb)\b", " ".join(lines[1:] + [lines[0]])))
+    files = {n for n in _tracked(head.rstrip("/")) if n.endswith((".py", ".ipynb"))
+             and n != "__init__.py"}
+    if head != "spade_jax/" and named & files:
+      assert (sorted(files - named), sorted(named - files)) == ([], []), (
+          f"README Layout's {head} entry against the folder's files: (missing, not there)")
+
+
+def test_results_has_a_table_per_benchmark():
+  """bench/RESULTS.md, the current figures: a section per bench/*.py, and every table gives
+  the command, the machine, the date and the log entry of its figures."""
+  results = (config_schema.REPO_ROOT / "bench" / "RESULTS.md").read_text()
+  scripts = sorted(p.name for p in (config_schema.REPO_ROOT / "bench").glob("*.py"))
+  missing = [s for s in scripts if f"\n## bench/{s}\n" not in results]
+  assert not missing, f"bench/RESULTS.md has no section for {missing}"
+  lines = results.splitlines()
+  columns = [[c.strip() for c in line.split("|")[1:-1]]
+             for line, below in zip(lines, lines[1:], strict=False)
+             if line.startswith("|") and re.match(r"^\|\s*-", below)]
+  assert columns, "bench/RESULTS.md has no table"
+  bad = [c for c in columns if not {"command", "machine", "date", "log"} <= set(c)]
+  assert not bad, f"tables without command / machine / date / log columns: {bad}"
+  assert "(RESULTS_LOG.md" in results, "bench/RESULTS.md does not link its log"

@@ -3,7 +3,7 @@
 The tests' programs are tiny and mostly compiled, not run, so LLVM's optimisation of the code
 XLA:CPU generates (`--xla_backend_optimization_level=0`) is turned off: the HLO passes
 (fusion, layouts, buffer assignment, sharding) are the same as in a run, only the machine
-code is less optimised (bench/RESULTS.md, "make test with LLVM unoptimised"). The starter
+code is less optimised (bench/RESULTS_LOG.md, "make test with LLVM unoptimised"). The starter
 build test keeps the defaults: it builds as the build command does.
 """
 

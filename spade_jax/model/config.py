@@ -36,7 +36,7 @@ def resolve_remat(name: str, platform: str | None = None) -> str:
 
 
 # CPU flags of a native bf16 dot product. Without one, XLA's CPU backend widens bf16 operands
-# in software and fp32 matmuls are the faster ones (bench/RESULTS.md, "The starter build").
+# in software and fp32 matmuls are the faster ones (bench/RESULTS_LOG.md, "The starter build").
 CPU_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 

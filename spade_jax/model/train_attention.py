@@ -17,7 +17,7 @@ its time in element-wise passes and transposes of the [B, N, T, T] score arrays:
 - the key and value gradients are formed as [B, K, Hd, S] (`q^T @ ds`, `do^T @ p`) and
   transposed once at the end: contracting the query axis of `ds` or `p` directly makes
   their left operand column-major, which the library does not take.
-The figures behind each choice are in bench/RESULTS.md.
+The figures behind each choice are in bench/RESULTS_LOG.md.
 
 A query with no visible key (a padding token) gets uniform weights over the keys up to the
 end of its block instead of over all keys; its output is never used (see attention.py).

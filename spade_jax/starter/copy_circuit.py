@@ -4,7 +4,7 @@ The agent must copy an action word from the observation into its reply, and a de
 copies names and numbers from the passage. That takes induction heads (a previous-token head
 and a head that attends to the token after an earlier occurrence of the current one), and
 they do not form within a CPU build's few million pretraining tokens: the model stays on the
-uniform plateau (bench/RESULTS.md, "The starter cannot copy"). So the build writes one such
+uniform plateau (bench/RESULTS_LOG.md, "The starter cannot copy"). So the build writes one such
 pair into the freshly drawn weights, as plain Qwen3 parameters, and training starts from it:
 
   layer 0, kv head 0: queries and keys are a constant direction (embedding feature 0, the

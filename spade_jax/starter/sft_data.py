@@ -20,7 +20,7 @@ out) comes with them; every return is the sandbox's.
 
 Copy rows: random ordinary tokens followed by the same span again, loss on the repeat. They
 keep the induction circuit that the build writes and pretraining keeps (starter.copy_circuit)
-alive through fine-tuning, which without them wipes it out (bench/RESULTS.md, "The starter
+alive through fine-tuning, which without them wipes it out (bench/RESULTS_LOG.md, "The starter
 cannot copy"); the agent needs it to copy an action word from the observation.
 """
 

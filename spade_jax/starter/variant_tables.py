@@ -206,7 +206,7 @@ CANNOT_PARSE = ("Could not parse", "Cannot read", "Unreadable action")
 # words to play can only be read from the observation: an agent trained on fixed words replies
 # in them on any game, and a held-out game's own words never come up. The compass words are
 # arguments, drawn too, so that an argument word must be read as well (an agent that only ever
-# had its arguments' words fixed writes a number after any action word: bench/RESULTS.md,
+# had its arguments' words fixed writes a number after any action word: bench/RESULTS_LOG.md,
 # 2026-12-05). Words the prose also uses as another part of speech ("empty" jugs, "set" bits,
 # "rule" in triples) are left alone.
 _COMPASS = ("north", "east", "south", "west")
@@ -222,7 +222,7 @@ KEEP_VERB = 0.25  # the chance that an action word stays the seed's own
 # A drawn word is a whole vocabulary piece of the build's tokenizer: ` word` (space, then
 # ACTION_WORD) spelt as one token (variants.action_words). A pool of real verbs taught the agent
 # to guess pool verbs; made-up words split into a few shared onset pieces (` d`, ` g`, ` br`)
-# that the agent learned to guess instead of reading the word (bench/RESULTS.md, 2026-12-04
+# that the agent learned to guess instead of reading the word (bench/RESULTS_LOG.md, 2026-12-04
 # and -05). Among thousands of one-piece words the first piece can only be read, not guessed.
 ACTION_WORD = re.compile(r"[a-z]{4,10}")
 MIN_ACTION_WORDS = 500  # a smaller pool would let the agent guess again

@@ -4,7 +4,7 @@ same config, deviceless (spade_jax.plan_compile).
 Widths are small but tile-sized (heads of 128, a model dimension that splits into 128-wide
 shards), so that the TPU's tile padding of narrow shards does not swamp what the plan counts;
 one row of 1,024 tokens a chip. On v5p-8 the plan is within 15 % of the compiled peak, full
-weights and LoRA. On v5e-8 the compiler keeps less than the plan counts (bench/RESULTS.md,
+weights and LoRA. On v5e-8 the compiler keeps less than the plan counts (bench/RESULTS_LOG.md,
 "The plan against the compile"): there the plan is checked to be an upper bound.
 """
 
