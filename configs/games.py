@@ -50,7 +50,6 @@ def get_config() -> ConfigDict:
   c.rl.learning_rate = 1e-6  # GRPO on a 30B-A3B instruct model
   c.rl.warmup_steps = 10  # short warmup
   c.rl.schedule = "constant"  # flat after warmup
-  c.rl.total_steps = 400  # = train.num_steps
   c.rl.beta = 0.01  # KL to the initial policy (k3 estimator): the paper's regularised GRPO
   c.rl.kl_estimator = "k3"  # unbiased, non-negative, low variance; beta = 0 turns KL off
   c.rl.role_balance = True  # designer / agent shares of the loss set here, not by token counts

@@ -58,7 +58,6 @@ def get_config() -> ConfigDict:
   c.rl.learning_rate = 1e-3  # a random tiny model: large steps, so the KL shows by step 2
   c.rl.beta = 0.04  # KL to the frozen reference (k3): the reference forward runs too
   c.rl.micro_batch_size = 2  # bounds the [rows, heads, T, T] attention of ~3k-token designer rows
-  c.rl.total_steps = 3  # schedule horizon = the run
   c.rl.role_balance = True  # designer and agent shares of the loss set by the config
   c.corpus.max_chars = 400  # short passages keep the designer prompt inside the cache
   c.train.num_steps = 3  # steps of the run

@@ -66,7 +66,6 @@ def get_config() -> ConfigDict:
   c.sandbox.num_workers = 2  # 2 cores
   c.rl.learning_rate = 1e-5  # GRPO from the starter
   c.rl.warmup_steps = 2
-  c.rl.total_steps = 40  # = train.num_steps
   c.rl.beta = 0.01  # KL to the starter (k3)
   c.rl.role_balance = True  # the designer's 6 rows a refresh against 48 episodes
   c.rl.designer_loss_share = 0.2

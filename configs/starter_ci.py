@@ -52,5 +52,4 @@ def get_config() -> ConfigDict:
   c.eval.every = 0
   c.train.num_steps = 2
   c.train.checkpoint_every = 2
-  c.rl.total_steps = 2
   return c

@@ -10,12 +10,13 @@ Variants (all on one config, one step budget, the same held-out evaluation):
 * `spade`: SPADE with the config as it is;
 * `grpo`: the Fixed-env GRPO baseline (`selfplay.fixed_envs=grpo`).
 Each (variant, seed) is one `python launch/tpu_run.py --config CONFIG --workdir
-ROOT/<variant>/seed<N> --config.seed=N --config.train.num_steps=STEPS
---config.rl.total_steps=STEPS ...` subprocess, with `seed_games_heldout` evaluated in
-training (`config.eval`; the held-out games kept out of training; every / limit / reply cap
-the config's unless `--eval-*` are given) and any further `--config.*` arguments passed on
-unchanged. Its output goes to the console (prefixed) and to <workdir>/launch.log. Ctrl-C or
-SIGTERM stops the driver and its run; run the same command again to go on.
+ROOT/<variant>/seed<N> --config.seed=N --config.train.num_steps=STEPS ...` subprocess (the
+schedule's `rl.total_steps` follows `train.num_steps` unless the config sets it), with
+`seed_games_heldout` evaluated in training (`config.eval`; the held-out games kept out of
+training; every / limit / reply cap the config's unless `--eval-*` are given) and any
+further `--config.*` arguments passed on unchanged. Its output goes to the console
+(prefixed) and to <workdir>/launch.log. Ctrl-C or SIGTERM stops the driver and its run; run
+the same command again to go on.
 
 Resuming: <workdir>/learning_run.json records the command and every launch. A finished run
 is skipped; an interrupted or failed one is launched again with the same command and resumes
@@ -80,7 +81,7 @@ def run_args(config: str, variant: str, seed: int, steps: int, workdir: str,
     if getattr(args, f"eval_{field}") is not None:
       evals.append(f"--config.eval.{field}={getattr(args, f'eval_{field}')}")
   return ["--config", config, "--workdir", workdir, f"--config.seed={seed}",
-          f"--config.train.num_steps={steps}", f"--config.rl.total_steps={steps}",
+          f"--config.train.num_steps={steps}",
           *VARIANTS[variant], *evals, *extra]
 
 

@@ -1,13 +1,14 @@
 """The experiment schema: every config field with its default, config modules, validation.
 
 `base_config()` holds every field the loop, engine, sandbox and trainer read; `configs/*.py`
-start from it and set what their experiment changes. Each section's defaults (and the
-comment on each field) live in its frozen struct (`spade_jax.experiment.SECTIONS`,
-`SelfPlayConfig` for seed, setting, selfplay and sampling), so each default is written
-once. `validate` runs once at launch, before anything is built or compiled: it builds the
-typed `Experiment` (each struct checks itself) and checks the files the config names,
-naming the field, its value and what was expected, so `k=0`, `G=1`, an unknown preset or a
-missing checkpoint fail in the first seconds instead of after an hour of compilation.
+start from it and set what their experiment changes. Each section is generated from its
+frozen struct, which holds the defaults and the comment on each field
+(`spade_jax.experiment.SECTIONS`; `SelfPlayConfig` for seed, setting, selfplay and sampling,
+through `selfplay.config.config_defaults`), so each setting is written once. `validate` runs
+once at launch, before anything is built or compiled: it builds the typed `Experiment` (each
+struct checks itself) and checks the files the config names, naming the field, its value and
+what was expected, so `k=0`, `G=1`, an unknown preset or a missing checkpoint fail in the
+first seconds instead of after an hour of compilation.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from ml_collections import ConfigDict, config_dict, config_flags
 from spade_jax.checks import ConfigError, section_defaults
 from spade_jax.experiment import DEFAULT_MESH, SECTIONS, Experiment
 from spade_jax.selfplay import corpus
-from spade_jax.selfplay.config import SelfPlayConfig, sampling_config
+from spade_jax.selfplay.config import config_defaults
 
 __all__ = ["CONFIG_DIR", "REPO_ROOT", "ConfigError", "base_config", "config_name",
            "parse_config_args", "resolve_config_path", "validate"]
@@ -55,41 +56,9 @@ def _optional_type(hint: Any) -> type:
 
 def base_config() -> ConfigDict:
   """Every field with its default (the structs' defaults); experiments override."""
-  sp = SelfPlayConfig  # the self-play struct spans seed, setting, selfplay and sampling
-  c = ConfigDict()
-  c.seed = sp.seed  # root of every random choice (categories, memory samples, resets, sampling)
-  c.setting = sp.setting  # "games" or "tool_use": designer scaffold and agent action style
+  c = ConfigDict(config_defaults())  # seed, setting, selfplay and sampling: SelfPlayConfig
   c.tokenizer = _EXPERIMENT_DEFAULTS["tokenizer"]  # "tiny" or a dir / hub id (tokenizer.json)
   c.mesh = dict(DEFAULT_MESH)  # -1 takes the remaining devices
-  c.selfplay = ConfigDict()
-  c.selfplay.num_envs = sp.num_envs  # environments played per step (the step's budget)
-  c.selfplay.k = sp.k  # refresh interval of the environment set == designer update delay
-  c.selfplay.group_size = sp.group_size  # G episodes per arm (no hint / hint) per environment
-  c.selfplay.skills = sp.skills  # skill categories (the games seed library's six by default)
-  c.selfplay.categories_per_step = sp.categories_per_step  # categories drawn for each refresh
-  c.selfplay.max_turns = sp.max_turns  # framework cap on episode length (the env's may be less)
-  c.selfplay.action_format = sp.action_format  # agent action wrapper; {} = the action
-  c.selfplay.designer_reward = sp.designer_reward  # or "ema_learning_potential" (regret.py)
-  c.selfplay.designer_prompt = sp.designer_prompt  # or "compact" (no contract text; starter)
-  # "discard" (the paper), "penalty" or "two_level": how invalid designs enter the designer's
-  # advantage (selfplay/designer_advantage.py, docs/selfplay.md).
-  c.selfplay.designer_advantage = sp.designer_advantage
-  c.selfplay.designer_group_by_category = sp.designer_group_by_category  # group per category
-  c.selfplay.invalid_designer_reward = sp.invalid_designer_reward  # "penalty": below any regret
-  c.selfplay.validity_weight = sp.validity_weight  # "two_level": weight of the validity term
-  c.selfplay.use_corpus = sp.use_corpus  # ground each designer prompt in a corpus passage
-  c.selfplay.use_memory = sp.use_memory  # show the designer a sample of the environment memory
-  c.selfplay.train_designer = sp.train_designer  # False = frozen designer (no designer gradient)
-  c.selfplay.fixed_envs = sp.fixed_envs  # "grpo" / "rlve": fixed-env baselines on the seeds
-  c.selfplay.fill_from_memory = sp.fill_from_memory  # top up a short valid set with replays
-  c.selfplay.train_agent_on_hint_arm = sp.train_agent_on_hint_arm  # hint arm only measures
-  c.selfplay.library = sp.library  # "seeds", "vowels" (dense reward; smoke runs), "minigames"
-  c.selfplay.memory = ConfigDict()
-  c.selfplay.memory.capacity = sp.memory_capacity  # environments kept (selfplay/memory.py)
-  c.selfplay.memory.sample_size = sp.memory_sample_size  # memory entries per designer prompt
-  c.sampling = ConfigDict()  # per role; the trainer's log-probs use each row's role's temperature
-  c.sampling.designer = sampling_config(sp.designer_sampling)
-  c.sampling.agent = sampling_config(sp.agent_sampling)
   # The other sections hold their struct's fields, defaults and comments:
   #   model     spade_jax/model/policy_config.py   PolicyConfig
   #   engine    spade_jax/engine/config.py         EngineConfig

@@ -11,6 +11,7 @@ one section derives from another are computed here, once:
   role's, so its log-probs are those the row was sampled from;
 * `selfplay.max_cache_len` is the engine's (`config.engine.max_cache_len`): prompts are cut
   so that a whole reply fits the cache.
+* `rl.total_steps`, when unset, is `train.num_steps` (the schedule's horizon is the run);
 * `rl.bounds` is the largest batch a step trains on (`SelfPlayConfig.batch_bounds`, from
   `config.selfplay`, `config.sampling`, the cache length and `train.num_steps`): the
   trainer's step compiles for it alone, without and with designer rows.
@@ -124,7 +125,8 @@ class Experiment:
     train = from_section(TrainConfig, config.train, "train")
     return cls(model=from_section(PolicyConfig, config.model, "model"), selfplay=selfplay,
                engine=engine, sandbox=from_section(SandboxConfig, config.sandbox, "sandbox"),
-               rl=RLConfig.from_config(config.rl, **_temperatures(selfplay),
+               rl=RLConfig.from_config(config.rl, num_steps=train.num_steps,
+                                       **_temperatures(selfplay),
                                        bounds=selfplay.batch_bounds(train.num_steps)),
                corpus=CorpusConfig.from_config(config.corpus),
                metrics=MetricsConfig.from_config(config), train=train,

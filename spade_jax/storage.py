@@ -2,7 +2,9 @@
 
 Paths are `etils.epath.Path`s, the path type orbax already takes, so a workdir
 `gs://bucket/run` and a local `runs/smoke` go through the same calls and nothing local is
-ever made for a URL. `gs://` goes through fsspec's gcsfs, set up here once:
+ever made for a URL. `gs://` goes through fsspec's gcsfs, set up by `configure_gcs` when a
+gs:// path is first used (importing this module changes nothing) and undone by
+`restore_gcs`:
 
   - gcsfs's default class first asks the gRPC storage-control API for each bucket's type
     (zonal / hierarchical), which without that API (an emulator, no credentials) waits out
@@ -21,6 +23,7 @@ grow without rewriting. `check_writable` checks early that a workdir URL can be 
 
 from __future__ import annotations
 
+import copy
 import os
 import pathlib
 import shutil
@@ -29,6 +32,7 @@ import sys
 import threading
 import urllib.parse
 import uuid
+from collections.abc import MutableMapping
 from typing import IO, Any
 
 import fsspec
@@ -44,27 +48,66 @@ class StorageError(OSError):
   """A workdir or file that cannot be reached: one line naming the URL and the cause."""
 
 
+_GCS_PROTOCOLS = ("gs", "gcs")
+_GCS_ENV = ("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "TENSORSTORE_GCS_HTTP_URL")
+# fsspec's registry module (the name `fsspec.registry` is its read-only view of the classes).
+_FSSPEC_REGISTRY = sys.modules["fsspec.registry"]
+# What configure_gcs changed, as it was before (None: not applied): {"env": {name: value or
+# None}, "registry": {protocol: class or None}, "conf": fsspec's gs settings or None}.
+_gcs_before: dict[str, Any] | None = None
+_GCS_LOCK = threading.Lock()
+
+
 def configure_gcs() -> None:
-  """The gs:// settings above (and no cached listings); run at import, and again after
-  STORAGE_EMULATOR_HOST changes."""
-  os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
-  imported = sys.modules.get("gcsfs.core")  # else deferred to the first gs:// use
-  for protocol in ("gs", "gcs"):
-    fsspec.register_implementation(
-        protocol, imported.GCSFileSystem if imported else "gcsfs.core.GCSFileSystem",
-        clobber=True)
-  # No cached listings: another host's write or rename (a quarantined checkpoint, a new
-  # step) must be seen at once, and gcsfs's cache never expires by default.
-  fsspec.config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
-  emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
-  if emulator and emulator != "default":
-    fsspec.config.conf.setdefault("gs", {}).setdefault("token", "anon")
-    if "://" not in emulator:
-      emulator = f"http://{emulator}"
-    os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator)  # orbax's arrays, likewise
+  """Applies the gs:// settings above (and no cached listings): `path` runs it on the first
+  gs:// path; run it again after STORAGE_EMULATOR_HOST changes (it only adds what is
+  missing). `restore_gcs` undoes it."""
+  global _gcs_before  # pylint: disable=global-statement  (the one record of what to undo)
+  with _GCS_LOCK:
+    if _gcs_before is None:
+      _gcs_before = {
+          "env": {name: os.environ.get(name) for name in _GCS_ENV},
+          "registry": {p: _FSSPEC_REGISTRY.registry.get(p) for p in _GCS_PROTOCOLS},
+          "conf": copy.deepcopy(fsspec.config.conf.get("gs"))}
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # before gcsfs loads
+    import gcsfs.core  # pylint: disable=import-outside-toplevel  (only where gs:// is used)
+    for protocol in _GCS_PROTOCOLS:
+      fsspec.register_implementation(protocol, gcsfs.core.GCSFileSystem, clobber=True)
+    # No cached listings: another host's write or rename (a quarantined checkpoint, a new
+    # step) must be seen at once, and gcsfs's cache never expires by default.
+    conf = fsspec.config.conf.setdefault("gs", {})
+    conf.setdefault("use_listings_cache", False)
+    emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
+    if emulator and emulator != "default":
+      conf.setdefault("token", "anon")
+      if "://" not in emulator:
+        emulator = f"http://{emulator}"
+      os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator)  # orbax's arrays, likewise
 
 
-configure_gcs()
+def restore_gcs() -> None:
+  """Puts back the environment variables, fsspec registrations and fsspec gs settings as
+  they were before the first `configure_gcs` (nothing if it has not run)."""
+  global _gcs_before  # pylint: disable=global-statement
+  with _GCS_LOCK:
+    if _gcs_before is None:
+      return
+    for name, value in _gcs_before["env"].items():
+      _put(os.environ, name, value)
+    for protocol in _GCS_PROTOCOLS:
+      # fsspec has no public way to unregister a class (absent, it imports its default again).
+      _put(_FSSPEC_REGISTRY._registry, protocol,  # pylint: disable=protected-access
+           _gcs_before["registry"][protocol])
+    _put(fsspec.config.conf, "gs", _gcs_before["conf"])
+    _gcs_before = None
+
+
+def _put(mapping: MutableMapping[str, Any], key: str, value: Any) -> None:
+  """mapping[key] = value, or no such key when value is None."""
+  if value is None:
+    mapping.pop(key, None)
+  else:
+    mapping[key] = value
 
 
 def is_url(path: PathLike) -> bool:
@@ -76,6 +119,8 @@ def path(p: PathLike) -> epath.Path:
   """The epath of `p`: a URL as it is, a local path with ~ expanded and made absolute."""
   text = os.fspath(p)
   if is_url(text):
+    if _gcs_before is None and text.startswith(("gs://", "gcs://")):
+      configure_gcs()
     return epath.Path(text)
   return epath.Path(os.path.abspath(os.path.expanduser(text)))
 
@@ -284,9 +329,6 @@ def check_writable(workdir: PathLike, timeout_s: float = WRITE_CHECK_TIMEOUT_S) 
 
 
 def _endpoint() -> str:
-  # No cached listings: another host's write or rename (a quarantined checkpoint, a new
-  # step) must be seen at once, and gcsfs's cache never expires by default.
-  fsspec.config.conf.setdefault("gs", {}).setdefault("use_listings_cache", False)
   emulator = os.environ.get("STORAGE_EMULATOR_HOST", "")
   return emulator if emulator not in ("", "default") else "https://storage.googleapis.com"
 

@@ -51,7 +51,8 @@ def gcs():
   """A GCS JSON API on the loopback (`gcp-storage-emulator`, in memory, through
   tests/gcs_emulator.py) with the bucket
   BUCKET; yields "gs://<BUCKET>". STORAGE_EMULATOR_HOST and TENSORSTORE_GCS_HTTP_URL point this
-  process and its children at it (spade_jax/storage.py), until the session ends."""
+  process and its children at it (spade_jax/storage.py's gs:// settings, undone at the end),
+  until the session ends."""
   with socket.socket() as s:
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -79,6 +80,7 @@ def gcs():
   finally:
     proc.kill()
     proc.wait()
+    storage.restore_gcs()
     for k, v in saved.items():
       if v is None:
         os.environ.pop(k, None)

@@ -152,6 +152,35 @@ def test_gs_is_the_plain_gcsfs_class_that_sends_no_grpc_bucket_probe(gcs):
   assert type(storage.path(f"{gcs}/x")._backend.fs(f"{gcs}/x")) is gcsfs.core.GCSFileSystem
 
 
+# Run in a fresh interpreter: what importing storage, a first gs:// path and restore_gcs do
+# to the process-wide settings (the session's `gcs` fixture has configured this one).
+_GCS_SETTINGS_SCRIPT = """
+import copy, os, fsspec
+def settings():
+  return (dict(os.environ), dict(fsspec.registry), copy.deepcopy(fsspec.config.conf))
+before = settings()
+from spade_jax import storage
+assert settings() == before, "import changed the settings"
+storage.path("gs://bucket/run")
+import gcsfs.core
+assert fsspec.registry["gs"] is gcsfs.core.GCSFileSystem
+assert os.environ["TENSORSTORE_GCS_HTTP_URL"] == "http://127.0.0.1:1"
+assert fsspec.config.conf["gs"] == {"use_listings_cache": False, "token": "anon"}
+storage.restore_gcs()
+assert settings() == before, "restore_gcs left changes"
+"""
+
+
+def test_gcs_settings_are_applied_at_the_first_gs_path_and_undone_by_restore():
+  env = dict(os.environ, STORAGE_EMULATOR_HOST="http://127.0.0.1:1")
+  env.pop("TENSORSTORE_GCS_HTTP_URL", None)
+  env.pop("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", None)
+  proc = subprocess.run([sys.executable, "-c", _GCS_SETTINGS_SCRIPT], env=env,
+                        cwd=config_schema.REPO_ROOT, capture_output=True, text=True,
+                        timeout=120, check=False)
+  assert proc.returncode == 0, proc.stderr
+
+
 def test_tensorstore_reads_a_generation_and_writes_on_it(gcs):
   """orbax's OCDBT manifests are updated by conditional writes on the generation read."""
   kv = ts.KvStore.open(storage.tensorstore_kvstore(f"{gcs}/ts")).result()

@@ -1,11 +1,13 @@
 """GRPO trainer settings: one frozen struct read from `config.rl`, checked once at start.
 
-`RLConfig.from_config(config.rl, **derived_values)` accepts an `ml_collections.ConfigDict`
-or a plain mapping. Missing fields take the defaults below; unknown fields and bad values
-raise a `ConfigError` naming the field, so a typo in a launch override fails before
-anything compiles. `agent_temperature` and `designer_temperature` (each role's sampling
-temperature) and `bounds` (the largest batch of the run) are derived: the experiment
-(`spade_jax.experiment.Experiment`) passes them, config.rl does not hold them.
+`RLConfig.from_config(config.rl, num_steps=..., **derived_values)` accepts an
+`ml_collections.ConfigDict` or a plain mapping. Missing fields take the defaults below;
+unknown fields and bad values raise a `ConfigError` naming the field, so a typo in a launch
+override fails before anything compiles. `total_steps` left unset is the run's length
+(`train.num_steps`, which the experiment passes as `num_steps`). `agent_temperature` and
+`designer_temperature` (each role's sampling temperature) and `bounds` (the largest batch
+of the run) are derived: the experiment (`spade_jax.experiment.Experiment`) passes them,
+config.rl does not hold them.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from spade_jax.checks import derived, from_section, is_number, require, section_defaults
+from spade_jax.checks import derived, from_section, is_int, is_number, require, section_defaults
 from spade_jax.rl.advantages import ADVANTAGE_ESTIMATORS
 from spade_jax.rl.aggregation import AGGREGATIONS
 from spade_jax.rl.batch import BatchBounds
@@ -32,7 +34,9 @@ class RLConfig:
   learning_rate: float = 1e-6
   warmup_steps: int = 0
   schedule: str = "constant"
-  total_steps: int = 400  # decay horizon of the cosine schedule (the paper's 400 steps)
+  # Decay horizon of the cosine schedule. None (unset): the run's train.num_steps, filled in
+  # when the experiment is built; set it for another horizon.
+  total_steps: int | None = None
   weight_decay: float = 0.0
   grad_clip_norm: float = 1.0  # 0 disables clipping
   adam_b1: float = 0.9
@@ -83,7 +87,10 @@ class RLConfig:
       _check(getattr(self, name) in options, name, f"one of {options}", getattr(self, name))
     _check(self.learning_rate > 0, "learning_rate", "> 0", self.learning_rate)
     _check(self.warmup_steps >= 0, "warmup_steps", ">= 0", self.warmup_steps)
-    _check(self.total_steps > 0, "total_steps", "> 0", self.total_steps)
+    if self.total_steps is not None or self.schedule == "cosine":
+      _check(is_int(self.total_steps) and self.total_steps > 0, "total_steps",
+             "an int > 0 (the cosine schedule's horizon; unset, a run takes train.num_steps)",
+             self.total_steps)
     if self.schedule == "cosine":
       _check(self.total_steps > self.warmup_steps, "total_steps", "> warmup_steps for cosine",
              self.total_steps)
@@ -105,11 +112,15 @@ class RLConfig:
     _check(self.adam_eps > 0, "adam_eps", "> 0", self.adam_eps)
 
   @classmethod
-  def from_config(cls, rl: Mapping[str, Any] | Any, **derived_values: Any) -> RLConfig:
+  def from_config(cls, rl: Mapping[str, Any] | Any, *, num_steps: int | None = None,
+                  **derived_values: Any) -> RLConfig:
     """Builds the struct from `config.rl` (ConfigDict or mapping) and the derived fields
     (the roles' temperatures, the run's batch bounds); unknown keys raise, a derived one
-    naming where it comes from. Integral floats of int fields become ints."""
+    naming where it comes from. Integral floats of int fields become ints. `num_steps` (the
+    run's train.num_steps) is the horizon when total_steps is unset."""
     values = dict(rl.to_dict() if hasattr(rl, "to_dict") else rl)
+    if values.get("total_steps") is None and num_steps is not None:
+      values["total_steps"] = num_steps
     defaults = section_defaults(cls)
     typed = {name: _typed(name, value, defaults[name]) if name in defaults else value
              for name, value in values.items()}

@@ -4,6 +4,10 @@
     metrics = trainer.train_step(batch)                # batch: rl.batch.TrainBatch
     engine.load_weights(trainer.params)                # before the next rollout
 
+The jitted update lives in a `CompiledSteps` that the trainer owns, so it is freed with the
+trainer; trainers handed the same `compiled=` (the tests of one module) compile each model
+structure, RL config and mesh once between them.
+
 `trainer.policy` is the model it was given: each step writes the new parameters back into
 it (`nnx.update`). The update donates the old parameter buffers, so anything holding the
 previous `trainer.params` must take the new ones before it uses them again; the engine
@@ -46,7 +50,8 @@ class Trainer:
   """GRPO updates of one policy; see the module docstring for the weight-sharing contract."""
 
   def __init__(self, rl: RLConfig | Any, model: nnx.Module, mesh: Mesh | None = None, *,
-               seed: int = 0, checkpoints: CheckpointManager | None = None):
+               seed: int = 0, checkpoints: CheckpointManager | None = None,
+               compiled: CompiledSteps | None = None):
     self.cfg = rl if isinstance(rl, RLConfig) else RLConfig.from_config(rl)
     self.policy = model
     self.mesh = mesh
@@ -73,10 +78,8 @@ class Trainer:
                        f"multiple of the mesh's batch shards {self._dp}")
     # The KL reference: a frozen copy of the weights, or (LoRA) the base with adapters off.
     separate_ref = self.cfg.beta > 0 and not model.cfg.lora_rank
-    key = (graphdef, self.cfg, mesh)
-    if key not in _COMPILED:
-      _COMPILED[key] = compile_fns(graphdef, self.cfg, mesh, params, self._rest, separate_ref)
-    self._fns = _COMPILED[key]
+    self._compiled = CompiledSteps() if compiled is None else compiled
+    self._fns = self._compiled.get(graphdef, self.cfg, mesh, params, self._rest, separate_ref)
     with self._mesh_ctx():
       self.opt_state = self._placed(self._fns.init(params))
       # The reference is a separate frozen copy (the policy's buffers are donated each step).
@@ -204,9 +207,24 @@ class _Fns(NamedTuple):
   batch_sharding: Any
 
 
-# Trainers of the same model structure, config and mesh (e.g. a resumed run) share
-# compiled steps instead of compiling again.
-_COMPILED: dict[tuple, _Fns] = {}
+class CompiledSteps:
+  """The jitted functions of each (model structure, RL config, mesh) of the trainers that
+  hold this object: each trainer's own by default, or one passed to several trainers so
+  that each shared key compiles once."""
+
+  def __init__(self):
+    self._fns: dict[tuple, _Fns] = {}
+
+  def get(self, graphdef, cfg: RLConfig, mesh: Mesh | None, params, rest,
+          separate_ref: bool) -> _Fns:
+    """The functions of (graphdef, cfg, mesh), jitted on the first request; each compiles
+    on its first call (`separate_ref` follows from cfg.beta and the graph's LoRA rank, so it
+    needs no place in the key)."""
+    key = (graphdef, cfg, mesh)
+    if key not in self._fns:
+      self._fns[key] = compile_fns(graphdef, cfg, mesh, params, rest, separate_ref)
+    return self._fns[key]
+
 
 def _first_device(tree) -> jax.Device:
   return next(iter(jax.tree.leaves(tree)[0].devices()))

@@ -1,12 +1,15 @@
 """The self-play loop's settings: one frozen struct, the single source of its defaults.
 
-`SelfPlayConfig.from_config(config, max_cache_len=...)` reads `config.seed`,
-`config.setting`, `config.selfplay.*` and `config.sampling.{designer, agent}`; the engine's
-cache length is derived (the experiment passes `config.engine.max_cache_len`).
-`spade_jax.config_schema.base_config()` takes its self-play and sampling defaults from the
-fields below. The struct checks itself on construction, so the launcher's validation and the
-loop share one set of checks; each failure names the config field, its value and what was
-expected.
+Each settable field of `SelfPlayConfig` (and the comment that says what it does) is written
+once, below; its config path is `selfplay.<name>` unless `field_path` names another
+(`seed`, `setting`, `selfplay.memory.*`, `sampling.<role>`). `config_defaults()` is the
+config holding every field's default (`spade_jax.config_schema.base_config()` takes its
+seed, setting, selfplay and sampling sections from it) and `read_config(config)` reads
+every field back from its path, so a new field needs no other line.
+`SelfPlayConfig.from_config(config, max_cache_len=...)` builds the struct; the engine's
+cache length is derived (the experiment passes `config.engine.max_cache_len`). The struct
+checks itself on construction, so the launcher's validation and the loop share one set of
+checks; each failure names the config field, its value and what was expected.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from spade_jax.checks import ConfigError, derived, is_int, is_number, require
+from spade_jax.checks import ConfigError, derived, is_int, is_number, require, settable_fields
 from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
 from spade_jax.rl.batch import BatchBounds
@@ -35,6 +38,7 @@ _FIELD_PATHS = {"seed": "seed", "setting": "setting", "memory_capacity": "selfpl
 
 
 def field_path(name: str) -> str:
+  """Where SelfPlayConfig's field `name` sits in the config, e.g. "selfplay.k"."""
   return _FIELD_PATHS.get(name, f"selfplay.{name}")
 
 
@@ -152,31 +156,73 @@ class SelfPlayConfig:
 
   @classmethod
   def from_config(cls, config: Any, *, max_cache_len: int | None = None) -> SelfPlayConfig:
-    """Builds and checks the settings; the skills must be the setting's categories.
+    """Builds and checks the settings (`read_config`); the skills must be the setting's
+    categories.
 
     `max_cache_len` is the engine's (derived: `Experiment` passes config.engine's)."""
-    sp = config.selfplay
-    settings = cls(
-        skills=tuple(sp.skills), seed=config.seed, setting=config.setting,
-        num_envs=sp.num_envs, k=sp.k, group_size=sp.group_size,
-        categories_per_step=sp.categories_per_step, max_turns=sp.max_turns,
-        action_format=sp.action_format, designer_reward=sp.designer_reward,
-        designer_prompt=sp.designer_prompt,
-        designer_advantage=sp.designer_advantage,
-        designer_group_by_category=bool(sp.designer_group_by_category),
-        invalid_designer_reward=sp.invalid_designer_reward, validity_weight=sp.validity_weight,
-        use_corpus=bool(sp.use_corpus), use_memory=bool(sp.use_memory),
-        train_designer=bool(sp.train_designer), fixed_envs=sp.fixed_envs,
-        fill_from_memory=bool(sp.fill_from_memory),
-        train_agent_on_hint_arm=bool(sp.train_agent_on_hint_arm), library=sp.library,
-        memory_capacity=sp.memory.capacity, memory_sample_size=sp.memory.sample_size,
-        designer_sampling=sampling_params(config.sampling.designer, "designer"),
-        agent_sampling=sampling_params(config.sampling.agent, "agent"),
-        max_cache_len=max_cache_len)
+    settings = cls(**read_config(config), max_cache_len=max_cache_len)
     known = SETTING_CATEGORIES[settings.setting]
-    require(set(settings.skills) <= set(known), "selfplay.skills", sp.skills,
+    require(set(settings.skills) <= set(known), field_path("skills"), settings.skills,
             f"categories of the {settings.setting} setting, among {known}")
     return settings
+
+
+def config_defaults() -> dict[str, Any]:
+  """Every settable SelfPlayConfig field's default at its config path, as nested dicts:
+  {"seed": 0, "setting": "games", "selfplay": {..., "memory": {...}}, "sampling": {...}}."""
+  tree: dict[str, Any] = {}
+  for f in settable_fields(SelfPlayConfig):
+    *parents, leaf = field_path(f.name).split(".")
+    node = tree
+    for name in parents:
+      node = node.setdefault(name, {})
+    node[leaf] = sampling_config(f.default) if isinstance(f.default, SamplingParams) else f.default
+  return tree
+
+
+def read_config(config: Any) -> dict[str, Any]:
+  """{field: value} of each settable SelfPlayConfig field that `config` (a ConfigDict or
+  nested mappings) holds at its path: sequences as tuples, flags as bools, each role's
+  sampling as SamplingParams. A key under config.selfplay or config.sampling that is no
+  field's raises ConfigError naming it."""
+  fields = settable_fields(SelfPlayConfig)
+  paths = {field_path(f.name) for f in fields}
+  unknown = [p for section in ("selfplay", "sampling") if section in config
+             for p in _unknown_paths(config[section], section, paths)]
+  if unknown:
+    raise ConfigError(f"unknown config field(s) {unknown}; known: {sorted(paths)}")
+  values = {}
+  for f in fields:
+    found, value = _lookup(config, field_path(f.name))
+    if not found:
+      continue
+    if isinstance(f.default, SamplingParams):
+      value = sampling_params(value, field_path(f.name).removeprefix("sampling."))
+    elif isinstance(f.default, bool):
+      value = bool(value)
+    elif isinstance(f.default, tuple):
+      value = tuple(value)
+    values[f.name] = value
+  return values
+
+
+def _lookup(config: Any, path: str) -> tuple[bool, Any]:
+  """(True, the value at the dotted `path`) or (False, None) when a key is missing."""
+  node = config
+  for name in path.split("."):
+    if not hasattr(node, "keys") or name not in node:
+      return False, None
+    node = node[name]
+  return True, node
+
+
+def _unknown_paths(node: Any, path: str, known: set[str]) -> list[str]:
+  """The dotted paths under `node` (at `path`) that are not in `known` nor above one."""
+  if path in known:
+    return []
+  if not hasattr(node, "keys"):
+    return [path]
+  return [p for name in node.keys() for p in _unknown_paths(node[name], f"{path}.{name}", known)]
 
 
 def sampling_config(params: SamplingParams) -> dict[str, Any]:

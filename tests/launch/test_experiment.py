@@ -19,6 +19,7 @@ from spade_jax.engine.fake import FakeEngine
 from spade_jax.engine.slot_engine import SlotEngine
 from spade_jax.eval.__main__ import build_parser, engine_sizes
 from spade_jax.experiment import SECTIONS, Experiment
+from spade_jax.rl.config import RLConfig
 from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.selfplay.config import SelfPlayConfig
@@ -33,6 +34,8 @@ def test_every_section_of_the_base_config_is_its_structs_defaults():
     section = getattr(experiment, name)
     derived = {f.name: getattr(section, f.name) for f in dataclasses.fields(cls)
                if "derived" in f.metadata}
+    if cls is RLConfig:  # unset, the schedule's horizon is the run
+      derived["total_steps"] = experiment.train.num_steps
     assert section == cls(**derived), name
   # Self-play spans seed, setting, selfplay and sampling; its cache length is the engine's.
   assert experiment.selfplay == SelfPlayConfig(max_cache_len=EngineConfig.max_cache_len)

@@ -6,11 +6,14 @@ import subprocess
 import sys
 
 import pytest
+from ml_collections import ConfigDict
 
 from launch import tpu_run
 from spade_jax import config_schema
+from spade_jax.checks import settable_fields
+from spade_jax.engine.api import SamplingParams
 from spade_jax.rl.config import RLConfig
-from spade_jax.selfplay.config import SelfPlayConfig
+from spade_jax.selfplay.config import SelfPlayConfig, field_path, read_config, sampling_config
 
 
 def _parse(*args):
@@ -53,6 +56,68 @@ def test_selfplay_and_sampling_defaults_are_the_settings_defaults():
   model = config_schema.base_config().model
   assert (model.param_dtype, model.compute_dtype, model.remat, model.attention_impl) == (
       "float32", "float32", "auto", "auto")
+
+
+def _leaf_paths(node, path=""):
+  """The dotted path of every value under a ConfigDict that is not itself a ConfigDict."""
+  if not isinstance(node, ConfigDict):
+    return {path}
+  return {p for key in node.keys() for p in _leaf_paths(node[key], f"{path}.{key}".lstrip("."))}
+
+
+def _changed(value):
+  """A value of `value`'s type that differs from it (checks are not run on it)."""
+  if isinstance(value, SamplingParams):
+    return sampling_config(dataclasses.replace(value, max_new_tokens=value.max_new_tokens + 1))
+  if isinstance(value, bool):
+    return not value
+  return {int: lambda v: v + 1, float: lambda v: v + 0.5, str: lambda v: v + "~",
+          tuple: lambda v: (*v, "~")}[type(value)](value)
+
+
+def test_every_selfplay_field_has_one_config_path_and_is_read_from_it():
+  """A SelfPlayConfig field is written once: the base config holds exactly the settable
+  fields at their paths (sampling roles as one dict each), and each is read back from there."""
+  base = config_schema.base_config()
+  fields = settable_fields(SelfPlayConfig)
+  paths = {field_path(f.name) for f in fields}
+  held = {p for section in ("seed", "setting", "selfplay", "sampling")
+          for p in _leaf_paths(base[section], section)}
+  roles = {p.rsplit(".", 1)[0] for p in held if p.startswith("sampling.")}
+  assert {p for p in held if not p.startswith("sampling.")} | roles == paths
+  for f in fields:
+    *parents, leaf = field_path(f.name).split(".")
+    section = base
+    for name in parents:
+      section = section[name]
+    section[leaf] = _changed(f.default)
+  read = read_config(base)
+  assert read.keys() == {f.name for f in fields}
+  for f in fields:
+    expected = _changed(f.default)
+    got = sampling_config(read[f.name]) if isinstance(f.default, SamplingParams) else read[f.name]
+    assert got == expected, f.name
+
+
+def test_an_unknown_selfplay_or_sampling_key_is_refused_naming_it():
+  config = config_schema.base_config()
+  config.selfplay.memory.size = 3
+  config.sampling.critic = {"max_new_tokens": 8}
+  with pytest.raises(config_schema.ConfigError,
+                     match=r"^unknown config field\(s\) \['selfplay.memory.size', 'sampling.c"):
+    SelfPlayConfig.from_config(config)
+
+
+def test_the_schedule_horizon_is_the_run_unless_set():
+  assert RLConfig().total_steps is None  # unset: the experiment derives it
+  config, _, _ = _parse("--config=smoke.py", "--config.train.num_steps=7")
+  assert config.rl.total_steps is None
+  assert config_schema.validate(config).rl.total_steps == 7
+  config, _, _ = _parse("--config=smoke.py", "--config.train.num_steps=7",
+                        "--config.rl.total_steps=5", "--config.rl.schedule=cosine")
+  assert config_schema.validate(config).rl.total_steps == 5
+  with pytest.raises(config_schema.ConfigError, match=r"config.rl.total_steps=None: expected"):
+    RLConfig(schedule="cosine")  # a trainer built on its own names its horizon
 
 
 def test_trainer_temperatures_are_each_roles_rollouts():

@@ -18,11 +18,11 @@ def _lora_model(seed=0):
   return Qwen3(CFG, rngs=nnx.Rngs(seed))
 
 
-def test_only_the_adapters_train_and_the_reference_is_the_base():
+def test_only_the_adapters_train_and_the_reference_is_the_base(compiled):
   model = _lora_model()
   base = _leaves(nnx.state(model, BASE))
   adapters = _leaves(nnx.state(model, LoRAParam))
-  trainer = Trainer(RL, model)
+  trainer = Trainer(RL, model, compiled=compiled)
   # The optimiser holds moments of the adapters only (AdamW: mu and nu per adapter).
   moment_shapes = sorted(x.shape for x in jax.tree.leaves(trainer.opt_state) if x.ndim)
   assert moment_shapes == sorted([x.shape for x in adapters] * 2)
@@ -37,21 +37,22 @@ def test_only_the_adapters_train_and_the_reference_is_the_base():
   assert trainer.train_step(_batch(2))["kl"] > 0  # adapters on vs off now differ
 
 
-def test_sharded_lora_step_equals_unsharded():
-  plain = Trainer(RL, _lora_model())
-  sharded = Trainer(RL, _lora_model(), make_mesh({"data": 2, "fsdp": 2, "tensor": 2}))
+def test_sharded_lora_step_equals_unsharded(compiled):
+  plain = Trainer(RL, _lora_model(), compiled=compiled)
+  sharded = Trainer(RL, _lora_model(), make_mesh({"data": 2, "fsdp": 2, "tensor": 2}),
+                    compiled=compiled)
   assert any(not x.sharding.is_fully_replicated for x in jax.tree.leaves(sharded.trained_params))
   _train_alike(plain, sharded, ("loss", "kl", "entropy", "grad_norm", "logprob_gap_mean"),
                metric_atol=1e-6)
 
 
-def test_lora_resume_is_bit_exact_and_refuses_another_base(tmp_path):
-  straight = Trainer(RL, _lora_model(), seed=3)
+def test_lora_resume_is_bit_exact_and_refuses_another_base(tmp_path, compiled):
+  straight = Trainer(RL, _lora_model(), seed=3, compiled=compiled)
   for step in range(3):
     straight.train_step(_batch(step))
 
   def trainer(seed=0):
-    return Trainer(RL, _lora_model(seed), seed=3,
+    return Trainer(RL, _lora_model(seed), seed=3, compiled=compiled,
                    checkpoints=CheckpointManager(tmp_path / "checkpoints", save_every=2))
 
   first = trainer()

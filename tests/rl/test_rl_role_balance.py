@@ -35,9 +35,10 @@ def initial():
   return nnx.split(Qwen3(get_preset("tiny", num_layers=1), rngs=nnx.Rngs(0)))
 
 
-def _trainer(initial, **rl) -> Trainer:
+def _trainer(initial, compiled, **rl) -> Trainer:
   graphdef, state = initial
-  return Trainer(dict(RL, **rl), nnx.merge(graphdef, jax.tree.map(lambda x: x.copy(), state)))
+  return Trainer(dict(RL, **rl), nnx.merge(graphdef, jax.tree.map(lambda x: x.copy(), state)),
+                 compiled=compiled)
 
 
 def _rows(role: int, lengths, rewards, groups, seed: int) -> TrainBatch:
@@ -63,25 +64,26 @@ def _leaves(trainer: Trainer) -> list[np.ndarray]:
   return [np.asarray(x) for x in jax.tree.leaves(trainer.params)]
 
 
-def test_trainer_gives_the_designer_rows_the_configured_share_of_the_loss(initial):
+def test_trainer_gives_the_designer_rows_the_configured_share_of_the_loss(initial, compiled):
   share = 0.25
-  alone = {role: _trainer(initial, role_balance=True, designer_loss_share=share).train_step(rows)
-           ["loss"] for role, rows in ((AGENT, AGENT_ROWS), (DESIGNER, DESIGNER_ROWS))}
+  balance = dict(role_balance=True, designer_loss_share=share)
+  alone = {role: _trainer(initial, compiled, **balance).train_step(rows)["loss"]
+           for role, rows in ((AGENT, AGENT_ROWS), (DESIGNER, DESIGNER_ROWS))}
   assert abs(alone[AGENT] - alone[DESIGNER]) > 0.1  # the check below can tell shares apart
-  balanced = _trainer(initial, role_balance=True, designer_loss_share=share).train_step(MIXED)
+  balanced = _trainer(initial, compiled, **balance).train_step(MIXED)
   np.testing.assert_allclose(balanced["loss"],
                              (1 - share) * alone[AGENT] + share * alone[DESIGNER], rtol=1e-5)
   tokens = {AGENT: sum(AGENT_LENGTHS), DESIGNER: sum(DESIGNER_LENGTHS)}
-  pooled = _trainer(initial, role_balance=False, designer_loss_share=share).train_step(MIXED)
+  pooled = _trainer(initial, compiled, **dict(balance, role_balance=False)).train_step(MIXED)
   np.testing.assert_allclose(
       pooled["loss"], sum(tokens[r] * alone[r] for r in alone) / sum(tokens.values()), rtol=1e-5)
   assert abs(pooled["loss"] - balanced["loss"]) > 0.05
 
 
-def test_a_designer_share_of_zero_updates_as_if_the_designer_rows_were_dropped(initial):
-  agent_only = _trainer(initial, role_balance=True, designer_loss_share=0.25)  # all: agent
-  m_agent = agent_only.train_step(AGENT_ROWS)
-  zero = _trainer(initial, role_balance=True, designer_loss_share=0.0)
+def test_a_designer_share_of_zero_updates_as_if_the_designer_rows_were_dropped(initial, compiled):
+  agent_only = _trainer(initial, compiled, role_balance=True, designer_loss_share=0.25)
+  m_agent = agent_only.train_step(AGENT_ROWS)  # the agent's rows alone
+  zero = _trainer(initial, compiled, role_balance=True, designer_loss_share=0.0)
   m_zero = zero.train_step(MIXED)
   for key in ("loss", "grad_norm"):
     np.testing.assert_allclose(m_zero[key], m_agent[key], rtol=1e-6, err_msg=key)
@@ -98,12 +100,12 @@ ROLE_METRICS = ("clip_fraction", "importance_ratio_mean", "importance_ratio_max"
                 "loss_tokens")
 
 
-def test_per_role_metrics_are_each_roles_own(initial):
+def test_per_role_metrics_are_each_roles_own(initial, compiled):
   """train/agent/* and train/designer/* equal the pooled figures of each role trained alone
   (the same config and shapes as the share test above: nothing new to compile)."""
   balance = dict(role_balance=True, designer_loss_share=0.25)
-  mixed = _trainer(initial, **balance).train_step(MIXED)
-  alone = {name: _trainer(initial, **balance).train_step(rows)
+  mixed = _trainer(initial, compiled, **balance).train_step(MIXED)
+  alone = {name: _trainer(initial, compiled, **balance).train_step(rows)
            for name, rows in (("agent", AGENT_ROWS), ("designer", DESIGNER_ROWS))}
   for name, metrics in alone.items():
     for key in ROLE_METRICS:

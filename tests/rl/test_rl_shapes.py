@@ -69,17 +69,18 @@ def _batch(step, agent, designer, longest, loss=8):
        for i, (role, n) in enumerate(zip(roles, lengths, strict=True))], pad_id=0)
 
 
-def test_a_run_compiles_its_train_step_at_most_twice():
-  trainer = Trainer(_experiment().rl, _model())
+def test_a_run_compiles_its_train_step_at_most_twice(compiled):
+  trainer = Trainer(_experiment().rl, _model(), compiled=compiled)
   for step, shape in enumerate(STEPS):
     metrics = trainer.train_step(_batch(step, *shape))
     assert np.isfinite(metrics["loss"]) and metrics["loss_tokens"] == 8 * sum(shape[:2])
   assert trainer._fns.step._cache_size() == 2  # agent-only, and with designer rows
 
 
-def test_padding_to_the_bounds_changes_no_update():
+def test_padding_to_the_bounds_changes_no_update(compiled):
   rl = _experiment().rl
-  fixed, own = Trainer(rl, _model()), Trainer(dataclasses.replace(rl, bounds=None), _model())
+  fixed = Trainer(rl, _model(), compiled=compiled)
+  own = Trainer(dataclasses.replace(rl, bounds=None), _model(), compiled=compiled)
   batch = _batch(0, 5, 2, 70)
   m_fixed, m_own = fixed.train_step(batch), own.train_step(batch)
   for key in ("loss", "kl", "grad_norm", "designer/loss_tokens", "agent/clip_fraction"):
@@ -94,8 +95,9 @@ def test_padding_to_the_bounds_changes_no_update():
     ((2, 1, 129), 8, r"129 tokens in a row; .* at most 128 \(engine.max_cache_len\)"),
     ((2, 1, 40), 17, r"17 loss tokens in a row; .* at most 16 \(selfplay.max_turns x sampling"),
 ])
-def test_a_batch_past_the_bounds_fails_before_the_step_naming_the_field(shape, loss, message):
-  trainer = Trainer(_experiment().rl, _model())
+def test_a_batch_past_the_bounds_fails_before_the_step_naming_the_field(shape, loss, message,
+                                                                        compiled):
+  trainer = Trainer(_experiment().rl, _model(), compiled=compiled)
   with pytest.raises(ValueError, match=message):
     trainer.train_step(_batch(0, *shape, loss=loss))
   assert trainer.step == 0

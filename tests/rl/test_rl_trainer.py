@@ -1,7 +1,9 @@
 """Trainer: sharded == unsharded, bit-exact resume, corrupt-checkpoint fallback, load_model."""
 
+import gc
 import os
 import warnings
+import weakref
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +14,6 @@ from flax import nnx
 from spade_jax.model import LOGICAL_RULES, Qwen3, get_preset, load_model, make_mesh
 from spade_jax.model.attention_impl import emulated_kernels
 from spade_jax.model.integrity import CheckpointIntegrityError
-from spade_jax.rl import trainer as trainer_module
 from spade_jax.rl.batch import AGENT, DESIGNER, TrainBatch
 from spade_jax.rl.checkpoint import CheckpointManager
 from spade_jax.rl.trainer import Trainer
@@ -64,16 +65,16 @@ def _train_alike(expected: Trainer, actual: Trainer, keys, *, metric_atol: float
   return m_expected
 
 
-def test_sharded_step_equals_unsharded(initial):
+def test_sharded_step_equals_unsharded(initial, compiled):
   """Adam's eps is raised so that the comparison is well conditioned: Adam is scale-invariant,
   so an element whose gradient is a cancelling sum carries the gradient's relative rounding
   error (the shardings reduce in different orders) into a full-size update. With eps 1e-8 one
   embedding element of 65,536 missed by 1.17e-6 on an AMD EPYC (1.13 x the tolerance); with
   1e-4 the worst element is at 0.16 x."""
   rl = dict(RL, adam_eps=1e-4)
-  plain = Trainer(rl, _model(initial))
+  plain = Trainer(rl, _model(initial), compiled=compiled)
   mesh = make_mesh({"data": 2, "fsdp": 2, "tensor": 2})
-  sharded = Trainer(rl, _model(initial), mesh)
+  sharded = Trainer(rl, _model(initial), mesh, compiled=compiled)
   assert any(len(x.sharding.device_set) == 8 and not x.sharding.is_fully_replicated
              for x in jax.tree.leaves(sharded.params))
   keys = ("loss", "kl", "entropy", "clip_fraction", "grad_norm", "logprob_gap_mean")
@@ -93,7 +94,7 @@ def test_the_trainer_batch_follows_the_logical_batch_rule(initial, monkeypatch):
   and the step's batch sharding and its row multiple follow."""
   mesh = make_mesh({"data": 2, "fsdp": 4})
   monkeypatch.setitem(LOGICAL_RULES, "batch", ("data",))
-  monkeypatch.setattr(trainer_module, "_COMPILED", {})  # nothing compiled under another rule
+  # Its own compiled steps (no `compiled=`): nothing compiled under another rule is reused.
   trainer = Trainer(dict(RL, micro_batch_size=2), _model(initial), mesh)  # 2: data, not fsdp
   batch_shardings = trainer.compiled_step(_batch(0)).input_shardings[0][4]
   specs = {name: tuple(sh.spec)[:2] for name, sh in batch_shardings.items()}
@@ -102,9 +103,10 @@ def test_the_trainer_batch_follows_the_logical_batch_rule(initial, monkeypatch):
 
 # tis_cap 1.0: the batch's fake behaviour log-probs put the ratios on both sides of the cap.
 @pytest.mark.parametrize("tis_cap", [0.0, 1.0])
-def test_gradient_accumulation_equals_one_full_batch(initial, tis_cap):
-  accumulated = Trainer(dict(RL, tis_cap=tis_cap), _model(initial))  # micro-batches of 4 rows
-  full = Trainer(dict(RL, micro_batch_size=0, tis_cap=tis_cap), _model(initial))
+def test_gradient_accumulation_equals_one_full_batch(initial, tis_cap, compiled):
+  accumulated = Trainer(dict(RL, tis_cap=tis_cap), _model(initial), compiled=compiled)  # 4 rows
+  full = Trainer(dict(RL, micro_batch_size=0, tis_cap=tis_cap), _model(initial),
+                 compiled=compiled)  # one micro-batch
   m_acc, m_full = accumulated.train_step(_batch(0)), full.train_step(_batch(0))
   if tis_cap:
     assert 0 < m_full["tis_truncated_fraction"] < 1
@@ -119,9 +121,9 @@ def test_gradient_accumulation_equals_one_full_batch(initial, tis_cap):
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_logits_at_loss_positions_only_train_like_logits_everywhere(initial):
-  full = Trainer(dict(RL, logprob_positions="all"), _model(initial))
-  compact = Trainer(RL, _model(initial))  # logprob_positions="loss" (the default)
+def test_logits_at_loss_positions_only_train_like_logits_everywhere(initial, compiled):
+  full = Trainer(dict(RL, logprob_positions="all"), _model(initial), compiled=compiled)
+  compact = Trainer(RL, _model(initial), compiled=compiled)  # logprob_positions="loss"
   _train_alike(full, compact, ("loss", "kl", "entropy", "clip_fraction", "grad_norm",
                                "logprob_gap_max"), metric_atol=1e-7)
 
@@ -134,45 +136,48 @@ def _model_with(initial, **changes):
   return nnx.merge(graph, jax.tree.map(jnp.copy, state))
 
 
-def test_remat_with_the_reference_trains_like_no_remat(initial):
+def test_remat_with_the_reference_trains_like_no_remat(initial, compiled):
   """Rematerialised layers in the micro-batch scan, the reference's too (this once raised
   flax's TraceContextError under nnx.remat)."""
-  _train_alike(Trainer(RL, _model(initial)), Trainer(RL, _model_with(initial, remat="full")),
+  _train_alike(Trainer(RL, _model(initial), compiled=compiled),
+               Trainer(RL, _model_with(initial, remat="full"), compiled=compiled),
                ("loss", "kl", "entropy", "grad_norm"), metric_atol=1e-6)
 
 
 # The accelerator path runs on newer jax / flax / optax too (docs/model.md, "JAX versions"):
 # what the pinned releases deprecate is what the next ones remove.
 @pytest.mark.filterwarnings("error::DeprecationWarning", "error::FutureWarning")
-def test_accelerator_training_path_trains_like_the_cpu_path(initial, monkeypatch):
+def test_accelerator_training_path_trains_like_the_cpu_path(initial, monkeypatch, compiled):
   """As on a GPU: cuDNN attention (emulated: the XLA implementation of the same call) and
   remat "auto" = full, through micro-batches, the reference and TIS; same metrics and
   parameters as the blocked kernel without remat."""
-  cpu = Trainer(dict(RL, tis_cap=1.0), _model(initial))
+  cpu = Trainer(dict(RL, tis_cap=1.0), _model(initial), compiled=compiled)
   monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
   with emulated_kernels():
-    gpu = Trainer(dict(RL, tis_cap=1.0), _model_with(initial, attention_impl="cudnn"))
+    gpu = Trainer(dict(RL, tis_cap=1.0), _model_with(initial, attention_impl="cudnn"),
+                  compiled=compiled)
     _train_alike(cpu, gpu, ("loss", "kl", "entropy", "grad_norm", "logprob_gap_mean",
                             "importance_ratio_max", "tis_truncated_fraction"), metric_atol=1e-6)
 
 
-def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial):
+def test_bf16_compute_keeps_float32_parameters_and_optimizer_state(initial, compiled):
   graphdef, state = initial
   bf16 = Qwen3(get_preset("tiny", compute_dtype="bfloat16"), rngs=nnx.Rngs(0))
   nnx.update(bf16, jax.tree.map(lambda x: x.copy(), state))
-  trainer = Trainer(dict(RL, micro_batch_size=0), bf16)
+  trainer = Trainer(dict(RL, micro_batch_size=0), bf16, compiled=compiled)
   metrics = trainer.train_step(_batch(0))
   assert all(np.isfinite(v) for v in metrics.values())
   assert {x.dtype for x in jax.tree.leaves((trainer.params, trainer.opt_state))
           if x.ndim} == {np.dtype("float32")}
   # bf16 matmuls move the log-probs by about 1e-2 from the float32 ones, not more.
-  reference = Trainer(dict(RL, micro_batch_size=0), _model(initial)).train_step(_batch(0))
+  reference = Trainer(dict(RL, micro_batch_size=0), _model(initial),
+                      compiled=compiled).train_step(_batch(0))
   assert abs(metrics["logprob_gap_mean"] - reference["logprob_gap_mean"]) < 0.05
   assert metrics["entropy"] == pytest.approx(reference["entropy"], abs=0.05)
 
 
-def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path):
-  straight = Trainer(RL, _model(initial), seed=7)
+def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path, compiled):
+  straight = Trainer(RL, _model(initial), seed=7, compiled=compiled)
   for step in range(4):
     straight.train_step(_batch(step))
   straight_key = straight.next_rng()
@@ -181,7 +186,7 @@ def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path):
     return CheckpointManager(tmp_path / "checkpoints", save_every=2, keep=2,
                              model_config=get_preset("tiny"))
 
-  first = Trainer(RL, _model(initial), seed=7, checkpoints=manager())
+  first = Trainer(RL, _model(initial), seed=7, checkpoints=manager(), compiled=compiled)
   assert first.restore() is None  # nothing to resume from yet
   for step in range(3):  # saves after step 2 only; step 3 is lost when the run "dies"
     first.train_step(_batch(step))
@@ -189,7 +194,7 @@ def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path):
   first.close()
   assert first.checkpoints.all_steps() == [2]
 
-  resumed = Trainer(RL, _model(initial), seed=7, checkpoints=manager())
+  resumed = Trainer(RL, _model(initial), seed=7, checkpoints=manager(), compiled=compiled)
   host = resumed.restore()
   assert host == {"data_position": 2, "memory": ["env-a"]} and resumed.step == 2
   for step in range(2, 4):
@@ -203,9 +208,10 @@ def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path):
                                 jax.random.key_data(resumed.next_rng()))
 
 
-def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path):
+def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path, compiled):
   directory = tmp_path / "checkpoints"
-  trainer = Trainer(RL, _model(initial), checkpoints=CheckpointManager(directory, keep=3))
+  trainer = Trainer(RL, _model(initial), checkpoints=CheckpointManager(directory, keep=3),
+                    compiled=compiled)
   saved = {}
   for step in range(2):
     trainer.train_step(_batch(step))
@@ -225,7 +231,8 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path):
   # A save that died half-way leaves a temporary directory: it must be ignored.
   (directory / "3.orbax-checkpoint-tmp-1234").mkdir()
 
-  resumed = Trainer(RL, _model(initial), checkpoints=CheckpointManager(directory, keep=3))
+  resumed = Trainer(RL, _model(initial), checkpoints=CheckpointManager(directory, keep=3),
+                    compiled=compiled)
   with pytest.warns(RuntimeWarning, match="checkpoint .*2 is not usable: .*manifest.ocdbt"):
     host = resumed.restore()
   assert resumed.step == 1 and host == {"step_seen": 1}
@@ -265,8 +272,8 @@ def test_load_model_opens_hugging_face_directories_too(initial, tmp_path):
     np.testing.assert_array_equal(a, b)
 
 
-def test_bad_batches_fail_early_with_the_field_name(initial):
-  trainer = Trainer(dict(RL, beta=0.0), _model(initial))
+def test_bad_batches_fail_early_with_the_field_name(initial, compiled):
+  trainer = Trainer(dict(RL, beta=0.0), _model(initial), compiled=compiled)
   batch = _batch(0)
   batch.loss_mask[5, 25] = 1  # on right padding
   with pytest.raises(ValueError, match="loss_mask is 1 on padding .*rows \\[5\\]"):
@@ -280,11 +287,26 @@ def test_bad_batches_fail_early_with_the_field_name(initial):
 
 
 @pytest.mark.parametrize("committed", [False, True])
-def test_step_compiles_once_whether_or_not_the_parameters_are_committed(initial, committed):
+def test_step_compiles_once_whether_or_not_the_parameters_are_committed(initial, committed,
+                                                                         compiled):
   model = _model(initial)
   if committed:  # as from_pretrained leaves them
     nnx.update(model, jax.device_put(nnx.state(model, nnx.Param), jax.devices()[0]))
-  trainer = Trainer(dict(RL, learning_rate=1e-3 if committed else 2e-3), model)
+  trainer = Trainer(dict(RL, learning_rate=1e-3 if committed else 2e-3), model,
+                    compiled=compiled)
   for step in range(3):
     trainer.train_step(_batch(step))
   assert trainer._fns.step._cache_size() == 1
+
+
+def test_a_trainer_owns_its_compiled_steps_unless_given_shared_ones(initial, compiled):
+  """No hidden cache: two trainers share compiled steps only through one `compiled=`, and
+  a trainer's go when it does."""
+  mine, yours = Trainer(RL, _model(initial)), Trainer(RL, _model(initial))
+  assert mine._fns.step is not yours._fns.step
+  shared = Trainer(RL, _model(initial), compiled=compiled)
+  assert shared._fns is Trainer(RL, _model(initial), compiled=compiled)._fns
+  owned = weakref.ref(mine._compiled)
+  del mine
+  gc.collect()
+  assert owned() is None

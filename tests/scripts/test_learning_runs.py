@@ -51,7 +51,7 @@ def test_commands_of_the_matrix(tmp_path, capsys):
   spade0, grpo1 = lines[0], lines[3]
   assert spade0.startswith(f"python launch/tpu_run.py --config {SMOKE} --workdir "
                            f"{root}/spade/seed0 --config.seed=0 --config.train.num_steps=2 "
-                           "--config.rl.total_steps=2 '--config.eval.suites=('")
+                           "'--config.eval.suites=('")
   assert "fixed_envs" not in spade0 and "designer_advantage" not in spade0
   assert f"--workdir {root}/grpo/seed1 --config.seed=1 " in grpo1
   assert "--config.selfplay.fixed_envs=grpo" in grpo1
