@@ -94,8 +94,9 @@ def designer_prompt(tok) -> list[int]:
 
 class MenuTokenizer(SentencePieceTokenizer):
   """The tiny tokenizer, except that a reply opening with a design-band token decodes as the
-  full designer reply of menu item (token id % len(MENU)). The band is every id but the
-  control tokens and the ids of the designer's prompt and of the scripted agent's replies
+  full designer reply of menu item (token id % len(MENU)), whose "</hint>" stops the engine.
+  The band is every id but the control tokens and the ids of the designer's prompt (so the
+  item directions leave the prompt's hidden states alone) and of the scripted agent's replies
   (whose text stays as it is)."""
 
   def __init__(self):
