@@ -3,11 +3,13 @@ limit, over the pool's budget together, lose the largest of them and nothing els
 
 The pool is built as a cgroup-v2-only host builds it (no cgroup v1 controllers), so only the
 host-side cap (memcap.py) stands between the episodes and the host's memory. The hostile
-environment `Hog` holds `seed` MiB of anonymous memory from its reset on; its benign twin is
-the same class holding a little.
+environment `Hog` holds `seed` MiB of anonymous memory from its reset on (and takes `seed` / 100
+seconds to answer, so the largest is still in its call when the cap must act); its benign twin
+is the same class holding a little.
 """
 
 import dataclasses
+import time
 
 import pytest
 
@@ -17,9 +19,12 @@ from spade_jax.sandbox.pool import SandboxPool
 BUDGET_MB = 350  # six hogs of 100 MiB: three fit (each also holds a few MiB of interpreter)
 
 HOG = """
+import time
+
 class Hog:
   def reset(self, seed=None):
     self.held = "x" * (seed << 20)  # written, so resident
+    time.sleep(seed / 100)
     return f"holding {seed} MiB", {}
 
   def step(self, action):
@@ -56,8 +61,11 @@ def killed(resets: list) -> list[int]:
 
 
 def test_the_largest_episodes_over_the_budget_are_killed_alone(capped_pool):
-  # One hog far over its share beside four siblings under theirs: only the hog goes.
+  # One hog far over its share beside four siblings under theirs: only the hog goes, killed
+  # during its call (which would take 3 s), not after it.
+  start = time.monotonic()
   resets, steps = play(capped_pool, [300, 20, 20, 20, 20])
+  assert time.monotonic() - start < 2.0
   assert killed(resets) == [0]
   assert [s.reward for s in steps[1:]] == [1.0] * 4, steps
   # Six equal hogs, together well over the budget: just enough of them go for the rest to fit.
