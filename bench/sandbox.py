@@ -5,7 +5,9 @@
 Figures: per-step round-trip latency (median, p99, microseconds) through the pool with 1
 and 2 workers against calling the same environment in-process; episodes/s for a batch of
 48 short episodes (reset + 4 steps each); validation time per environment (one at a
-time and in a batch of 8). Goals: median overhead < 100 us a step, validation < 50 ms.
+time and in a batch of 8); one check of the aggregate memory cap over 64 live episodes
+under its budget (what the pool adds to each batch and poll round). Goals: median
+overhead < 100 us a step, validation < 50 ms.
 """
 
 from __future__ import annotations
@@ -87,6 +89,17 @@ def validation_ms(pool: SandboxPool, batch: int, repeats: int = 5) -> float:
   return round((time.perf_counter() - start) / (repeats * batch) * 1e3, 2)
 
 
+def memory_check_us(pool: SandboxPool, n: int = 64, repeats: int = 200) -> float:
+  ids = list(range(n))
+  pool.reset([(i, ENV, i) for i in ids])
+  probes = [proc.memory for proc in pool._live.values()]
+  start = time.perf_counter()
+  for _ in range(repeats):
+    assert not pool.memory_cap.over_budget(probes)
+  pool.close_episodes(ids)
+  return round((time.perf_counter() - start) / repeats * 1e6, 1)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser()
   parser.add_argument("--steps", type=int, default=2000)
@@ -99,6 +112,7 @@ def main() -> None:
         out["episodes_per_s_48x4"] = episodes_per_second(pool)
         out["validation_ms_per_env"] = validation_ms(pool, 1)
         out["validation_ms_per_env_batch8"] = validation_ms(pool, 8)
+        out["memory_check_us_64_live"] = memory_check_us(pool)
   out["overhead_median_us_1w"] = round(
       out["pool_1w"]["median_us"] - out["in_process"]["median_us"], 1)
   out["layers"] = pool.layers.describe()

@@ -113,7 +113,7 @@ def _sandbox_pool(experiment: Experiment) -> SandboxPool:
                      reset_timeout_s=sb.reset_timeout_s, step_timeout_s=sb.step_timeout_s,
                      memory_mb=sb.memory_mb, isolation=sb.isolation,
                      require_tools=experiment.selfplay.setting == "tool_use",
-                     require_oracle=sb.require_oracle)
+                     require_oracle=sb.require_oracle, episodes_memory_mb=sb.episodes_memory_mb)
 
 
 def run_evaluation(evals: EvalConfig, engine, pool, tokenizer, max_cache_len: int,

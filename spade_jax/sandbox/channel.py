@@ -13,7 +13,7 @@ import os
 import select
 import struct
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 HEADER = struct.Struct(">I")
 OK, TIMEOUT, CLOSED, TOO_BIG = "ok", "timeout", "closed", "too_big"
@@ -63,7 +63,8 @@ class Call:
     return OK, bytes(buf[HEADER.size:HEADER.size + size])
 
 
-def exchange(calls: dict[Hashable, Call], timeout_s: float, max_bytes: int
+def exchange(calls: dict[Hashable, Call], timeout_s: float, max_bytes: int,
+             on_poll: Callable[[], None] | None = None, poll_s: float = 0.05
              ) -> Iterator[tuple[Hashable, str, bytes]]:
   """Sends what is left of each call's request and reads its reply, within `timeout_s`.
 
@@ -72,6 +73,8 @@ def exchange(calls: dict[Hashable, Call], timeout_s: float, max_bytes: int
   Every call has its own deadline, `timeout_s` from now, and nothing another call does
   uses any of it. The loop polls at least once, so a reply that is already waiting is read
   even when the deadline has passed (a host that was descheduled meanwhile).
+  `on_poll`, when given, runs after every poll, and a poll waits at most `poll_s` (the pool
+  checks its memory cap there; a process it kills ends its call as CLOSED).
   """
   deadline = time.monotonic() + timeout_s
   pending, owners = {}, {}
@@ -85,7 +88,10 @@ def exchange(calls: dict[Hashable, Call], timeout_s: float, max_bytes: int
     if call.unsent:
       _watch(poller, owners, call.req, select.POLLOUT, key)
   while pending:
-    ready = poller.poll(max(0.0, deadline - time.monotonic()) * 1000)
+    wait_s = max(0.0, deadline - time.monotonic())
+    ready = poller.poll((wait_s if on_poll is None else min(wait_s, poll_s)) * 1000)
+    if on_poll is not None:
+      on_poll()
     for fd, _ in ready:
       key = owners.get(fd)
       if key is None:  # its call ended earlier in this round

@@ -24,6 +24,9 @@ class SandboxConfig:
   memory_mb: int = contract.DEFAULT_MEMORY_MB  # address-space cap of an environment process
   isolation: str = "strict"  # "strict" | "basic" | "none": the least accepted (isolation.py)
   require_oracle: bool = False  # validator: designed envs must define oracle_actions()
+  # Cap on the live episode processes' memory together (MiB; memcap.py kills the largest above
+  # it); None: memcap.DEFAULT_FRACTION of the host's available memory when the pool starts.
+  episodes_memory_mb: int | None = None
 
   def __post_init__(self):
     for name in ("num_workers", "reset_timeout_s", "step_timeout_s", "memory_mb"):
@@ -31,5 +34,8 @@ class SandboxConfig:
       require(is_number(value) and value > 0, f"sandbox.{name}", value, "> 0")
     require(isinstance(self.num_workers, int), "sandbox.num_workers", self.num_workers, "an int")
     require(self.isolation in LEVELS, "sandbox.isolation", self.isolation, f"one of {LEVELS}")
+    require(self.episodes_memory_mb is None or (type(self.episodes_memory_mb) is int
+                                                 and self.episodes_memory_mb > 0),
+            "sandbox.episodes_memory_mb", self.episodes_memory_mb, "None or an int > 0")
     require(isinstance(self.require_oracle, bool), "sandbox.require_oracle",
             self.require_oracle, "a bool")

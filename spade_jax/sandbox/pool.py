@@ -7,7 +7,8 @@ poll loop sends every request and reads every reply, each against its own deadli
 episodes on different workers (and different episodes on one worker) run in parallel and
 none can use up another's time. Between its calls an episode process is stopped
 (SIGSTOP once its reply is read, SIGCONT once its next request is written), so it runs
-only while the host waits for it.
+only while the host waits for it. While it waits, the pool also keeps the live episodes'
+memory together under a budget (memcap.py), killing the largest when they exceed it.
 Nothing an environment does raises here: each failure becomes an error record, and
 failures of the sandbox itself are marked `infra`. A worker that dies is replaced on
 next use. See docs/sandbox.md for the layers and what each defends against.
@@ -23,7 +24,7 @@ import resource
 import signal
 from collections.abc import Hashable, Sequence
 
-from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, validate
+from spade_jax.sandbox import cgroups, channel, coerce, contract, episodes, memcap, validate
 from spade_jax.sandbox import isolation as isolation_lib
 from spade_jax.sandbox.api import EnvStep, OracleActions, ValidationResult
 from spade_jax.sandbox.config import SandboxConfig
@@ -34,13 +35,16 @@ log = logging.getLogger(__name__)
 
 @dataclasses.dataclass
 class _Proc:
-  """A live episode process: its worker, its token there, the host ends of its pipes, and
-  its pidfd (-1 until the fork is acknowledged)."""
+  """A live episode process: its worker, its token there, the host ends of its pipes, its
+  pidfd (-1 until the fork is acknowledged) and memory probe, and why the memory cap killed
+  it."""
   worker: WorkerHandle
   token: int
   req: int
   resp: int
   pidfd: int = -1
+  memory: memcap.Probe | None = None
+  memory_kill: str | None = None
 
   def pause(self) -> None:
     """Stops the process (SIGSTOP) until its next call: an environment runs only while the
@@ -49,6 +53,11 @@ class _Proc:
 
   def resume(self) -> None:
     self._signal(signal.SIGCONT)
+
+  def kill_for_memory(self, why: str) -> None:
+    """Kills the process now; its call (this one or the next) becomes a crash record."""
+    self.memory_kill = why
+    self._signal(signal.SIGKILL)
 
   def _signal(self, signum: int) -> None:
     try:
@@ -60,6 +69,8 @@ class _Proc:
     for fd in (self.req, self.resp, self.pidfd):
       if fd >= 0:
         os.close(fd)
+    if self.memory is not None:
+      self.memory.close()
 
 
 def _raise_fd_limit() -> None:
@@ -82,6 +93,7 @@ class SandboxPool:
                check_constant: bool = True, require_tools: bool = False,
                require_oracle: bool = SandboxConfig.require_oracle,
                validation_seed: int | None = None,
+               episodes_memory_mb: int | None = SandboxConfig.episodes_memory_mb,
                cpu_s: int = 60, fsize_mb: int = 1, nofile: int = 32,
                worker_memory_mb: int = 8192, worker_pids: int = 4096):
     """Detects the host's isolation layers, starts the workers and runs one smoke episode.
@@ -92,7 +104,9 @@ class SandboxPool:
       run in parallel, so this bounds fault blast radius and fork throughput, not
       concurrency. max_turns: the framework's turn cap (an environment's own max_turns
       can only lower it). memory_mb, cpu_s, fsize_mb, nofile: rlimits of each episode
-      process. worker_memory_mb, worker_pids: cgroup caps per worker where available.
+      process. episodes_memory_mb: the aggregate cap on the live episodes' memory
+      (memcap.py); None is memcap.DEFAULT_FRACTION of the host's available memory.
+      worker_memory_mb, worker_pids: cgroup caps per worker where available.
     isolation: "strict" | "basic" | "none", the least the pool accepts (isolation.py).
     check_constant, require_tools, require_oracle: validation rules (validate.Rules).
     validation_seed: None draws each validation's seeds and actions afresh at random (as
@@ -110,6 +124,8 @@ class SandboxPool:
     self.rules = validate.Rules(reset_timeout_s, step_timeout_s, check_constant, require_tools,
                                 require_oracle)
     self.ledger = episodes.Ledger(max_turns)
+    self.memory_cap = memcap.MemoryCap(memcap.default_budget_mb() if episodes_memory_mb is None
+                                       else episodes_memory_mb)
     cgroups.sweep(self.setup["cgroups"])
     self._live: dict[Hashable, _Proc] = {}
     self._workers: list[WorkerHandle | None] = [None] * num_workers
@@ -191,7 +207,7 @@ class SandboxPool:
         if why:
           failed[key] = why
         else:
-          procs[key].pidfd = pidfd
+          procs[key].pidfd, procs[key].memory = pidfd, memcap.Probe(pidfd)
     return failed
 
   def _release(self, procs: list[_Proc]) -> None:
@@ -215,18 +231,35 @@ class SandboxPool:
       proc.resume()
     return self._run(calls, {key: proc for key, proc, _ in items}, timeout_s, max_bytes)
 
-  @staticmethod
-  def _run(calls: dict[Hashable, channel.Call], procs: dict[Hashable, _Proc], timeout_s: float,
-           max_bytes: int) -> dict[Hashable, tuple[str, bytes]]:
-    """Runs the calls; each process is stopped as soon as its call ends (however it ends)."""
+  def _run(self, calls: dict[Hashable, channel.Call], procs: dict[Hashable, _Proc],
+           timeout_s: float, max_bytes: int) -> dict[Hashable, tuple[str, bytes]]:
+    """Runs the calls; each process is stopped as soon as its call ends (however it ends).
+
+    The memory cap is checked while the calls run and once more when they have all ended.
+    """
+    def check(force: bool = False) -> None:
+      if force or self.memory_cap.due():
+        self._cap_memory([*procs.values(), *self._live.values()])
+
     results = {}
-    for key, status, payload in channel.exchange(calls, timeout_s, max_bytes):
+    for key, status, payload in channel.exchange(calls, timeout_s, max_bytes, check,
+                                                 memcap.CHECK_INTERVAL_S):
       procs[key].pause()
       results[key] = (status, payload)
+    check(force=True)
     return results
+
+  def _cap_memory(self, procs: list[_Proc]) -> None:
+    """Kills the largest live episode processes while their memory is over the budget."""
+    procs = [p for p in {id(p): p for p in procs}.values()
+             if p.memory is not None and p.memory_kill is None]
+    for i, why in self.memory_cap.over_budget([p.memory for p in procs]).items():
+      procs[i].kill_for_memory(why)
 
   def _record(self, status: str, payload: bytes, proc: _Proc, timeout_s: float,
               on_reply) -> EnvStep:
+    if proc.memory_kill is not None:
+      return coerce.error_record("crash", proc.memory_kill)
     if status == channel.OK:
       try:
         return on_reply(coerce.decode(payload))
