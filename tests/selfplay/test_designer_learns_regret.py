@@ -265,7 +265,10 @@ def compiled() -> CompiledSteps:
   return CompiledSteps()
 
 
-@pytest.mark.parametrize("mutation", [None, "sign", "arms", "delay", "shuffle"])
+# The clean run is `make test`'s; each mutation was checked once to stop the rise and runs again
+# in `make test-slow` (about 25 s each).
+@pytest.mark.parametrize("mutation", [None, *(pytest.param(m, marks=pytest.mark.slow)
+                                               for m in ("sign", "arms", "delay", "shuffle"))])
 def test_the_designer_learns_from_regret_and_nothing_else(pool, compiled, mutation):
   curve, picks = run(pool, compiled, mutation)
   print(f"mutation={mutation} p(high) {np.round(curve, 3).tolist()} items designed {picks}")

@@ -4,6 +4,7 @@ Small widths and depth keep each compile to seconds; `plan --compile` runs the s
 full depth (bench/RESULTS.md).
 """
 
+import functools
 import json
 import os
 import re
@@ -71,19 +72,41 @@ def test_the_platform_switch_follows_a_tpu_mesh_on_a_cpu_host():
     assert key_entry_axis() == 2
 
 
+@functools.cache
+def _lora_train_step(num_layers: int):
+  """games_lora's train step at SMALL widths and `num_layers`, compiled for a v5e-8 once per
+  test session (the two tests below share the two-layer one)."""
+  experiment = _experiment("games_lora.py", "--config.engine.max_cache_len=1024",
+                           "--config.engine.prefill_buckets=(256,)")
+  return compile_step_programs(experiment, "v5e-8", programs=("train_step",),
+                               model_overrides=dict(SMALL, num_layers=num_layers))["train_step"]
+
+
 def test_the_train_step_gathers_no_vocabulary_table_in_a_loop():
   """The log-prob chunks compute vocabulary-parallel logits: on main before this the LoRA
   step on a v5e-8 all-gathered the [V, D] table in three loop bodies (reference forward,
   policy forward, backward)."""
-  experiment = _experiment("games_lora.py", "--config.engine.max_cache_len=1024",
-                           "--config.engine.prefill_buckets=(256,)")
-  report = compile_step_programs(experiment, "v5e-8", model_overrides=SMALL,
-                                 programs=("train_step",))["train_step"]
+  report = _lora_train_step(2)
   vocab_sized = [c for c in report.loop_collectives
                  if any(VOCAB in shape for shape in c.shapes)]
   assert vocab_sized == []
   # What crosses chips inside the chunk loop is [B, C, D]-sized: rows' hidden states.
   assert max(c.bytes for c in report.loop_collectives) < VOCAB * SMALL["hidden_size"] * 2
+
+
+_DOT = re.compile(r"= \S+ (dot|convolution)\(")
+
+
+def test_the_train_step_runs_its_layers_in_one_loop():
+  """The decoder layers compile as one loop: unrolled layers repeat every layer's body in the
+  HLO (about four times the dots at four times the depth, and as much more compile time);
+  layers under a scan keep one body."""
+  shallow, deep = _lora_train_step(2).program, _lora_train_step(8).program
+  dots = [len(_DOT.findall(p.hlo)) for p in (shallow, deep)]
+  print(f"train step on v5e-8: dots {dots[0]} at 2 layers, {dots[1]} at 8; compile "
+        f"{shallow.compile_s:.1f} s at 2 layers, {deep.compile_s:.1f} s at 8")
+  assert dots[1] == dots[0]  # one layer body whatever the depth
+  assert deep.compile_s < 2 * shallow.compile_s + 5
 
 
 def test_an_append_holds_no_query_by_key_scores():
