@@ -56,7 +56,13 @@ from spade_jax.model.kv_cache import (
   stacked,
   write_entries,
 )
-from spade_jax.model.sharding import INFERENCE_RULES, batch_shards, host_get, use_rules
+from spade_jax.model.sharding import (
+  INFERENCE_RULES,
+  batch_shards,
+  constrain,
+  host_get,
+  use_rules,
+)
 
 
 def _inference(fn):
@@ -67,6 +73,12 @@ def _inference(fn):
     with use_rules(INFERENCE_RULES):
       return fn(*args, **kwargs)
   return traced
+
+
+def _for_host(*xs):
+  """The arrays replicated on every device: each host reads its own copy (host_get) with no
+  collective, which would queue behind the decode block dispatched after them."""
+  return tuple(constrain(x, (None,) * x.ndim) for x in xs)
 
 
 def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, rows: Rows = None,
@@ -139,7 +151,7 @@ def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths
   cache = _forget_from(state.cache, slots, starts)
   cache, token, logprob = _extend(graphdef, params, cache, tokens, lengths, sp, rows=slots,
                                   read_len=length)
-  return _put_slots(state, cache, slots, token, sp), token, logprob
+  return _put_slots(state, cache, slots, token, sp), *_for_host(token, logprob)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "num_steps"),
@@ -180,7 +192,7 @@ def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
           jnp.zeros((rows, num_steps), jnp.float32), jnp.zeros((rows, num_steps), bool))
   _, _, cache, token, count, out_tok, out_lp, out_valid = jax.lax.while_loop(cond, step, init)
   state = DecodeState(cache=cache, token=token, count=count, slot_params=sp)
-  return constrain_state(state), out_tok, out_lp, out_valid
+  return constrain_state(state), *_for_host(out_tok, out_lp, out_valid)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))

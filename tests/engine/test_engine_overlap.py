@@ -7,11 +7,15 @@ import collections
 import jax
 import numpy as np
 import pytest
+from flax import nnx
 
 from spade_jax.engine import slot_engine
 from spade_jax.engine.api import Request, SamplingParams
 from spade_jax.engine.conversation import SlotConversationEngine
+from spade_jax.engine.slot_engine import SlotEngine
+from spade_jax.model import make_mesh
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.sharding import state_shardings
 from spade_jax.model.testing import random_model
 from spade_jax.sandbox.api import EnvStep
 from spade_jax.selfplay.chat import ChatFormatter
@@ -175,3 +179,19 @@ def test_overlap_samples_the_turns_of_the_serial_engine(model):
   for k, c in serial.items():
     np.testing.assert_allclose(overlap[k].logprobs, c.logprobs, rtol=0, atol=TOL)
 
+
+
+def test_what_the_host_reads_is_replicated_on_every_device(model):
+  """On a (data 2, fsdp 2) mesh an append's first tokens and a decode block's outputs come
+  out replicated, so on several hosts each reads its own copy while the next block runs
+  (a sharded output needs an all-gather, queued behind that block)."""
+  mesh = make_mesh({"data": 2, "fsdp": 2}, jax.devices()[:4])
+  graphdef, params = nnx.split(model)
+  sharded = nnx.merge(graphdef, jax.device_put(params, state_shardings(params, mesh)))
+  engine = SlotEngine(sharded, mesh=mesh, num_slots=4, max_cache_len=64, prefill_buckets=(16,),
+                      decode_steps=4, decode_widths=(), decode_lengths=())
+  sp = [SamplingParams(8, temperature=0.0)] * 4
+  state, tok, lp = engine.append(engine.params, engine.init_decode_state(), range(4), [0] * 4,
+                                 [[20 + i] * 5 for i in range(4)], sp, [8] * 4, read=False)
+  _, block = engine.generate(engine.params, state, np.ones(4, bool), read=False)
+  assert all(x.is_fully_replicated for x in (tok, lp, block.tokens, block.logprobs, block.valid))
