@@ -53,7 +53,9 @@ class ConversationEngine(Protocol):
     """Queues a turn; the conversation keeps its slot and cache if it has one."""
 
   def poll(self) -> list[Completion]:
-    """Runs a block of decode steps; returns the turns finished since the last poll."""
+    """Runs a block of decode steps; returns the turns finished since the last poll. A
+    model engine may return a block's turns one poll later, reading it while the next
+    block runs (double buffering), so the caller's work between polls overlaps decoding."""
 
   def pending(self) -> int:
     """Number of submitted turns not yet returned by poll."""

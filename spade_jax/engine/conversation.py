@@ -7,6 +7,12 @@ Host-side scheduling only; every model computation is one of slot_engine.SlotEng
   * Each `poll` first prefills queued turns (batched by length bucket) into slots, then
     runs one block of decode steps for all running turns; a finished turn frees its slot
     for decoding immediately, so short and long requests share slots without waiting.
+  * Double buffering (`overlap`, on by default): a poll dispatches its decode block and,
+    while the device runs it, reads what was dispatched before (the previous block, this
+    poll's first tokens) and returns the turns that ended there; the caller's work between
+    polls (the sandbox round) runs while the block decodes. A turn that ended on the device
+    in an unread block stays stopped in the next one (SlotEngine.generate); the tokens of a
+    turn the host has ended (a stop string, `release`) are dropped when read.
   * When every slot is owned and a queued turn needs one, the least recently used idle
     conversation is evicted (its cache only; its tokens stay on the host and a later
     turn re-prefills them). A turn waits when every slot is decoding.
@@ -30,6 +36,7 @@ from spade_jax.engine.api import Completion, Request
 from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.slot_engine import SlotEngine
 from spade_jax.engine.state import pick_bucket
+from spade_jax.model.sharding import host_get
 
 
 @dataclasses.dataclass
@@ -46,6 +53,19 @@ class _Turn:
   limit: int  # tokens this turn may sample: min(max_new_tokens, room left in the cache)
   tokens: list[int] = dataclasses.field(default_factory=list)
   logprobs: list[float] = dataclasses.field(default_factory=list)
+  unread: int = 0  # most tokens it may have sampled in outputs the host has not read yet
+  over: bool = False  # finished or cancelled: its rows of unread outputs are dropped
+
+
+@dataclasses.dataclass(frozen=True)
+class _Unread:
+  """Device outputs the host has not read: an append's first tokens (tokens, logprobs [k])
+  or a decode block (tokens, logprobs, valid [S, N]). rows: (row, the turn it belongs to);
+  steps: tokens a row holds at most."""
+
+  arrays: tuple
+  rows: list[tuple[int, _Turn]]
+  steps: int
 
 
 class SlotConversationEngine:
@@ -60,8 +80,10 @@ class SlotConversationEngine:
                decode_widths=EngineConfig.decode_widths,
                decode_lengths=EngineConfig.decode_lengths,
                append_lengths=EngineConfig.append_lengths,
-               prefill_tokens: int | None = EngineConfig.prefill_tokens):
-    """Defaults: `EngineConfig`'s (config.engine); docs/engine.md explains each size."""
+               prefill_tokens: int | None = EngineConfig.prefill_tokens, overlap: bool = True):
+    """Defaults: `EngineConfig`'s (config.engine); docs/engine.md explains each size.
+    overlap=False reads every decode block before returning from the poll that dispatched
+    it (no double buffering): the same tokens, for measuring what the overlap gains."""
     self.engine = SlotEngine(model, num_slots=num_slots, max_cache_len=max_cache_len,
                          prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
                          max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,
@@ -74,6 +96,8 @@ class SlotConversationEngine:
     self._queue: collections.deque[Request] = collections.deque()
     self._running: dict[int, _Turn] = {}  # slot -> turn being decoded
     self._done: list[Completion] = []
+    self._unread: list[_Unread] = []  # in dispatch order
+    self._overlap = overlap
     self._clock = itertools.count(1)
     self._admitting: set[Hashable] = set()  # conversations admitted in the current poll
 
@@ -104,8 +128,11 @@ class SlotConversationEngine:
   def poll(self) -> list[Completion]:
     self._fit_capacity()
     self._admit()
+    ahead = 0  # outputs left unread: with overlap, the block this poll dispatches
     if self._running:
-      self._decode_block()
+      self._unread.append(self._decode_block())
+      ahead = int(self._overlap)
+    self._read(len(self._unread) - ahead)  # while the block `ahead` decodes
     done, self._done = self._done, []
     return done
 
@@ -121,7 +148,9 @@ class SlotConversationEngine:
         r for r in self._queue if r.conversation_id != conversation_id)
     if conv.slot is not None:
       self._owner[conv.slot] = None
-      self._running.pop(conv.slot, None)
+      turn = self._running.pop(conv.slot, None)
+      if turn is not None:
+        turn.over = True
 
   def load_weights(self, params) -> None:
     """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on,
@@ -181,7 +210,10 @@ class SlotConversationEngine:
         self._owner[dst], self._convs[cid].slot = cid, dst
         if src in self._running:
           self._running[dst] = self._running.pop(src)
-    longest = max(len(c.tokens) for c in self._convs.values() if c.slot is not None)
+    # A decoding conversation's reply (read or not) is not in its tokens until it ends.
+    reply = {t.request.conversation_id: self._sampled(t) for t in self._running.values()}
+    longest = max(len(c.tokens) + reply.get(cid, 0) for cid, c in self._convs.items()
+                  if c.slot is not None)
     full = self.engine.max_cache_len + self.engine.max_chunk
     self._state = self.engine.reserve(self._state, width,
                                       min(longest + self.engine.decode_steps, full))
@@ -201,7 +233,7 @@ class SlotConversationEngine:
       room = self.engine.max_cache_len - len(conv.tokens)
       turn = _Turn(req, limit=min(req.params.max_new_tokens, room))
       if turn.limit <= 0:
-        self._finish(conv.slot, turn, "cache_full")
+        self._finish(turn, "cache_full")
         continue
       batch.append((conv.slot, turn))
     self._queue = waiting
@@ -230,38 +262,64 @@ class SlotConversationEngine:
           group = group[rows:]
 
   def _append_group(self, group) -> list[tuple[int, _Turn]]:
+    """Dispatches one append; the first tokens of the turns it completes stay unread (on
+    the device) and the turns decode from the next block on."""
     self._state, tok, lp = self.engine.append(
         self.engine.params, self._state, [g[0] for g in group], [g[2].cached for g in group],
-        [g[3] for g in group], [g[1].request.params for g in group], [g[1].limit for g in group])
-    unfinished = []
-    for (slot, turn, conv, chunk), t, logprob in zip(group, tok, lp, strict=True):
+        [g[3] for g in group], [g[1].request.params for g in group], [g[1].limit for g in group],
+        read=False)
+    unfinished, rows = [], []
+    for row, (slot, turn, conv, chunk) in enumerate(group):
       conv.cached += len(chunk)
       if conv.cached < len(conv.tokens):
         unfinished.append((slot, turn))
         continue
-      turn.tokens.append(int(t))
-      turn.logprobs.append(float(logprob))
+      turn.unread += 1
       self._running[slot] = turn
-      self._check_finished(slot)
+      rows.append((row, turn))
+    if rows:
+      self._unread.append(_Unread((tok, lp), rows, steps=1))
     return unfinished
 
-  def _decode_block(self) -> None:
+  def _sampled(self, turn: _Turn) -> int:
+    """Most tokens the turn has sampled: those read and those still on the device."""
+    return min(len(turn.tokens) + turn.unread, turn.limit)
+
+  def _decode_block(self) -> _Unread:
+    """Dispatches a decode block for every running turn; returns its outputs, unread."""
     active = np.zeros((self.engine.num_slots,), bool)
     active[list(self._running)] = True
     # Cache end of a decoding slot: its cached conversation plus the reply fed so far.
-    max_end = max(self._convs[t.request.conversation_id].cached + len(t.tokens) - 1
+    max_end = max(self._convs[t.request.conversation_id].cached + self._sampled(t) - 1
                   for t in self._running.values())
-    self._state, block = self.engine.generate(self.engine.params, self._state, active, max_end)
-    for slot in list(self._running):
-      turn = self._running[slot]
-      valid = block.valid[slot]
-      turn.tokens.extend(int(t) for t in block.tokens[slot][valid])
-      turn.logprobs.extend(float(x) for x in block.logprobs[slot][valid])
-      self._check_finished(slot)
+    self._state, block = self.engine.generate(self.engine.params, self._state, active, max_end,
+                                              read=False)
+    for turn in self._running.values():
+      turn.unread += self.engine.decode_steps
+    return _Unread((block.tokens, block.logprobs, block.valid), list(self._running.items()),
+                   steps=self.engine.decode_steps)
 
-  def _check_finished(self, slot: int) -> None:
-    """Ends the slot's turn if a stop id, stop string, max_new_tokens or the cache says so."""
-    turn = self._running[slot]
+  def _read(self, n: int) -> None:
+    """Reads the first n unread outputs in one transfer into their turns (a row of a turn
+    that is over is dropped) and ends the turns they finish."""
+    entries, self._unread = self._unread[:n], self._unread[n:]
+    entries = [e for e in entries if any(not turn.over for _, turn in e.rows)]
+    for entry, (tokens, logprobs, *valid) in zip(entries, host_get([e.arrays for e in entries]),
+                                                 strict=True):
+      if not valid:  # an append's first tokens [k]: one valid token a row
+        tokens, logprobs = tokens[:, None], logprobs[:, None]
+        valid = [np.ones(tokens.shape, bool)]
+      for row, turn in entry.rows:
+        turn.unread -= entry.steps
+        if turn.over:
+          continue
+        keep = valid[0][row]
+        turn.tokens.extend(int(t) for t in tokens[row][keep])
+        turn.logprobs.extend(float(x) for x in logprobs[row][keep])
+        self._check_finished(turn)
+
+  def _check_finished(self, turn: _Turn) -> None:
+    """Ends the running turn if a stop id, stop string, max_new_tokens or the cache says so."""
     params = turn.request.params
     n, reason = stopping.truncate_reply(turn.tokens, params, self._detokenize)
     if reason is None and len(turn.tokens) >= turn.limit:  # limit < max_new_tokens
@@ -269,10 +327,11 @@ class SlotConversationEngine:
     if reason is None:
       return
     del turn.tokens[n:], turn.logprobs[n:]
-    del self._running[slot]
-    self._finish(slot, turn, reason)
+    del self._running[self._convs[turn.request.conversation_id].slot]
+    self._finish(turn, reason)
 
-  def _finish(self, slot: int, turn: _Turn, reason: str) -> None:
+  def _finish(self, turn: _Turn, reason: str) -> None:
+    turn.over = True
     cid = turn.request.conversation_id
     conv = self._convs[cid]
     conv.tokens.extend(turn.tokens)

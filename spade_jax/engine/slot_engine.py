@@ -56,7 +56,13 @@ from spade_jax.model.kv_cache import (
   stacked,
   write_entries,
 )
-from spade_jax.model.sharding import INFERENCE_RULES, batch_shards, host_get, use_rules
+from spade_jax.model.sharding import (
+  INFERENCE_RULES,
+  batch_shards,
+  constrain,
+  host_get,
+  use_rules,
+)
 
 
 def _inference(fn):
@@ -67,6 +73,12 @@ def _inference(fn):
     with use_rules(INFERENCE_RULES):
       return fn(*args, **kwargs)
   return traced
+
+
+def _for_host(*xs):
+  """The arrays replicated on every device: each host reads its own copy (host_get) with no
+  collective, which would queue behind the decode block dispatched after them."""
+  return tuple(constrain(x, (None,) * x.ndim) for x in xs)
 
 
 def _extend(graphdef, params, cache: KVCache, tokens, lengths, sp: SlotParams, rows: Rows = None,
@@ -139,7 +151,7 @@ def _append(graphdef, params, state: DecodeState, slots, starts, tokens, lengths
   cache = _forget_from(state.cache, slots, starts)
   cache, token, logprob = _extend(graphdef, params, cache, tokens, lengths, sp, rows=slots,
                                   read_len=length)
-  return _put_slots(state, cache, slots, token, sp), token, logprob
+  return _put_slots(state, cache, slots, token, sp), *_for_host(token, logprob)
 
 
 @functools.partial(jax.jit, static_argnames=("graphdef", "num_steps"),
@@ -152,6 +164,9 @@ def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
   sp = state.slot_params
   rows = state.token.shape[0]
 
+  def stopped(token, count):  # [R]: the turn's last sampled token ends it
+    return jnp.any(token[:, None] == sp.stop_ids, axis=-1) | (count >= sp.limit)
+
   def step(carry):
     i, alive, cache, token, count, out_tok, out_lp, out_valid = carry
     pos = jnp.where(alive, cache.end, -1)  # [R] position of the token fed now
@@ -161,22 +176,23 @@ def _generate(graphdef, params, state: DecodeState, active, num_steps: int):
     keys = sampling.token_keys(sp.seed, pos + 1)
     tok, lp = sampling.sample(logits, keys, sp.temperature, sp.top_p, sp.top_k)
     count = count + alive
-    stopped = jnp.any(tok[:, None] == sp.stop_ids, axis=-1) | (count >= sp.limit)
     out_tok = out_tok.at[:, i].set(tok)
     out_lp = out_lp.at[:, i].set(lp)
     out_valid = out_valid.at[:, i].set(alive)
-    return (i + 1, alive & ~stopped, cache, jnp.where(alive, tok, token), count, out_tok,
-            out_lp, out_valid)
+    return (i + 1, alive & ~stopped(tok, count), cache, jnp.where(alive, tok, token), count,
+            out_tok, out_lp, out_valid)
 
   def cond(carry):
     return (carry[0] < num_steps) & jnp.any(carry[1])
 
-  init = (jnp.int32(0), active, state.cache, state.token, state.count,
-          jnp.zeros((rows, num_steps), jnp.int32), jnp.zeros((rows, num_steps), jnp.float32),
-          jnp.zeros((rows, num_steps), bool))
+  # A row the host still counts as active may have ended on the device (in the block before
+  # this one, or at its append's first token) before the host read it: it stays stopped.
+  init = (jnp.int32(0), active & ~stopped(state.token, state.count), state.cache, state.token,
+          state.count, jnp.zeros((rows, num_steps), jnp.int32),
+          jnp.zeros((rows, num_steps), jnp.float32), jnp.zeros((rows, num_steps), bool))
   _, _, cache, token, count, out_tok, out_lp, out_valid = jax.lax.while_loop(cond, step, init)
   state = DecodeState(cache=cache, token=token, count=count, slot_params=sp)
-  return constrain_state(state), out_tok, out_lp, out_valid
+  return constrain_state(state), *_for_host(out_tok, out_lp, out_valid)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))
@@ -220,7 +236,8 @@ def _resize(state: DecodeState, cfg, rows: int, length: int, max_stop_ids: int) 
 
 @dataclasses.dataclass(frozen=True)
 class Block:
-  """Host copy of one generate block: tokens, logprobs [S, N]; valid [S, N] bool."""
+  """One generate block: tokens, logprobs [S, N]; valid [S, N] bool. Host arrays, or device
+  arrays from `generate(..., read=False)` until the caller reads them (host_get)."""
 
   tokens: np.ndarray
   logprobs: np.ndarray
@@ -378,11 +395,14 @@ class SlotEngine:
 
   def append(self, params, state: DecodeState, slots: Sequence[int], starts: Sequence[int],
              chunks: Sequence[Sequence[int]], sampling_params: Sequence[SamplingParams],
-             limits: Sequence[int]) -> tuple[DecodeState, np.ndarray, np.ndarray]:
+             limits: Sequence[int], read: bool = True) -> tuple[DecodeState, np.ndarray,
+                                                                np.ndarray]:
     """Writes chunks[i] into slots[i] after its first starts[i] cached tokens (dropping any
     later entries), samples the next token. Returns (state, tokens, logprobs) for the rows.
     Attention reads only the first `append_lengths` bucket of entries covering every start +
-    chunk bucket (one compile per row, chunk and length bucket)."""
+    chunk bucket (one compile per row, chunk and length bucket). With read=False tokens and
+    logprobs stay on the device, padded to the call's rows: the caller reads them later, so
+    the host does not wait for the call."""
     tokens, lengths = self._pad(chunks)
     rows = len(lengths)
     sp = SlotParams.from_requests(sampling_params, limits, self.max_stop_ids, rows)
@@ -393,11 +413,13 @@ class SlotEngine:
     with self._mesh():
       state, tok, lp = _append(self.graphdef, params, state, self._slots(slots, rows), start,
                                tokens, lengths, sp, length=length)
+    if not read:
+      return state, tok, lp
     tok, lp = host_get((tok, lp))
     return state, tok[:len(slots)], lp[:len(slots)]
 
   def generate(self, params, state: DecodeState, active: np.ndarray,
-               max_end: int | None = None) -> tuple[DecodeState, Block]:
+               max_end: int | None = None, read: bool = True) -> tuple[DecodeState, Block]:
     """Up to decode_steps tokens for every active slot; a slot stops after a stop id or when
     its turn's limit is reached (later columns of that row are not valid).
 
@@ -405,6 +427,10 @@ class SlotEngine:
     length, so the cache is read in place; `reserve` keeps the capacity small. The state
     first grows to hold the active slots and `max_end` (the largest cache end of an active
     slot; None = the whole cache) plus this block's steps. Block rows are slots 0..rows-1.
+    A slot whose turn already ended on the device (a stop id or its limit, in an earlier
+    block the host has not read yet) stays stopped. With read=False the Block holds device
+    arrays and the host does not wait for the block: the next one can be dispatched before
+    this one is read (SlotConversationEngine's double buffering).
     """
     active = np.asarray(active, bool)
     slots = int(np.flatnonzero(active).max(initial=0)) + 1
@@ -417,7 +443,7 @@ class SlotEngine:
     with self._mesh():
       state, tok, lp, valid = _generate(self.graphdef, params, state, padded,
                                         num_steps=self.decode_steps)
-    return state, Block(*host_get((tok, lp, valid)))
+    return state, Block(*host_get((tok, lp, valid)) if read else (tok, lp, valid))
 
 
 def _geometric_lengths(full: int) -> list[int]:

@@ -3,7 +3,8 @@
 Continuous batching: every episode's first turn is submitted together; each `poll` returns
 the turns that finished, and those episodes' actions go to the sandbox in ONE batched
 `step` call, after which their next turns are submitted. Short episodes never wait for
-long ones.
+long ones. The engine's poll leaves the decode block it dispatched running (double
+buffering, engine/conversation.py), so the sandbox round runs while the device decodes.
 
 Per episode we keep the full token sequence (prompt, sampled replies exactly as sampled,
 observation turns), a loss mask that is 1 only on sampled tokens, their behaviour

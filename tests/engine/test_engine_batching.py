@@ -210,6 +210,19 @@ def test_capacity_follows_the_owned_conversations_and_keeps_idle_caches(model):
   assert [first, second] == expected
 
 
+def test_a_reply_outgrowing_its_prompts_capacity_keeps_its_cache(model):
+  """Each poll fits the decode state to the owned conversations, a decoding turn with its
+  reply so far (read or still on the device): a 50-token reply to a 5-token prompt keeps
+  the entries past the 24 its prompt alone needs and samples what it does at full length."""
+  greedy = SamplingParams(50, temperature=0.0)
+  out = []
+  for lengths in ((24, 48), ()):
+    engine = SlotConversationEngine(model, **dict(CONFIG, decode_lengths=lengths))
+    out.append(run(engine, [Request("long", prompt(5), greedy)])["long"])
+  assert out[0].tokens == out[1].tokens
+  np.testing.assert_allclose(out[0].logprobs, out[1].logprobs, rtol=0, atol=TOL)
+
+
 def test_owned_slots_are_packed_low_and_continue_exactly(model):
   """When early slots free up, later conversations move down (cache and all) so the state
   shrinks to their count; their next turns equal the same conversations run alone."""
