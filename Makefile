@@ -29,8 +29,9 @@ smoke: $(VENV)/.runtime-installed
 # pipeline-sized ones first.
 # `make test` leaves out the tests marked `slow`: whole pipelines at their real size (the
 # starter build and its loop, the two-process run, the plan against TPU compiles at D=512,
-# the regret test's mutations, every minigame candidate validated), which `make test-slow`
-# runs and bench/RESULTS.md records.
+# the regret test's mutations, every minigame candidate validated, the Colab notebook's launch,
+# the TPU sizing of bench/accelerator.py), which `make test-slow` runs and bench/RESULTS.md
+# records.
 PYTEST := $(BIN)/python -m pytest tests -q -p no:cacheprovider -n 3 --dist loadfile \
 	  --no-loadscope-reorder --durations=20
 test: $(VENV)/.test-installed

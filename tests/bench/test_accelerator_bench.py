@@ -329,6 +329,21 @@ def test_a_part_that_does_not_fit_is_skipped_before_it_allocates(monkeypatch, ca
     assert re.fullmatch(r"needs [0-9.e-]+ GiB of 9e-06 GiB per chip", report["skipped"])
 
 
+def test_the_largest_size_that_fits_is_taken_and_none_is_the_smallest_need():
+  """`largest_fitting` walks the sizes in order (largest first) and stops at the first fit;
+  when none fits it reports the last size's peak, the least any size needs."""
+  peaks = {8: 80.0, 4: 40.0, 2: 20.0}
+  asked = []
+  peak_of = lambda n: asked.append(n) or peaks[n]
+  budget = lambda hbm: bench.Budget(hbm / bench.HBM_FILL)
+  assert bench.largest_fitting([8, 4, 2], peak_of, budget(50.0)) == (4, 40.0)
+  assert asked == [8, 4]
+  assert bench.largest_fitting([8, 4, 2], peak_of, budget(100.0)) == (8, 80.0)
+  assert bench.largest_fitting([8, 4, 2], peak_of, budget(10.0)) == (None, 20.0)
+  assert bench.halvings(8, 2) == [8, 4, 2]
+
+
+@pytest.mark.slow  # three GRPO steps compiled for their peaks (`make test-slow`)
 def test_grpo_shrinks_its_micro_batch_to_fit(monkeypatch):
   """On one device (1 batch shard), micro-batches of 2 and 1 row: a budget between their
   compiled peaks takes 1; one below both skips with the smaller's need."""

@@ -41,6 +41,7 @@ def test_a_program_refused_for_hbm_needs_what_the_compiler_says():
     refused("INVALID_ARGUMENT: something else")
 
 
+@pytest.mark.slow  # a compile the TPU compiler refuses at 512 slots (`make test-slow`)
 def test_an_engine_the_tpu_compiler_refuses_does_not_fit(tpu_slice, monkeypatch):
   """512 slots of 4224 entries (8 KV heads of 128) on one v5e chip: XLA's TPU compiler
   refuses the program for HBM at compile time; the engine's peak is what the compiler says it
@@ -67,6 +68,7 @@ def test_every_tpu_slice_has_its_hbm_by_device_kind(v5e_8):
     assert bench.chip_hbm(device) == tpu.hbm_gib * bench.tpu_aot.GIB, (name, device.device_kind)
 
 
+@pytest.mark.slow  # three engines compiled for a v5e-8 (`make test-slow`)
 def test_rollout_shrinks_its_slots_to_the_compiled_tpu_peak(v5e_8, monkeypatch):
   """The rollout engine's programs compiled for a TPU v5e-8 (FSDP over its 8 chips, a tiny
   model with 128-wide heads for the TPU kernels): 16 slots need more than 8; a budget

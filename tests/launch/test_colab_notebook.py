@@ -1,4 +1,6 @@
-"""notebooks/colab_tpu_smoke.ipynb cannot rot: its non-TPU cells run against the CPU smoke.
+"""notebooks/colab_tpu_smoke.ipynb cannot rot: its launch command with the TPU settings makes
+a valid experiment (`make test`), and its non-TPU cells run against the CPU smoke
+(`make test-slow`).
 
 A small stand-in for the notebook kernel: Python lines run in one namespace, `!` lines run
 in a shell after IPython's `{name}` expansion, `%tensorboard --logdir D` checks that D holds
@@ -10,9 +12,13 @@ written.
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
+import pytest
+
+from launch import tpu_run
 from spade_jax import config_schema
 from tests.xla_flags import child_env
 
@@ -46,6 +52,32 @@ def _run_cell(source: str, namespace: dict, env: dict) -> list[str]:
   return outputs
 
 
+def _python_lines(source: str) -> str:
+  return "\n".join(line for line in source.splitlines() if not line.startswith(("!", "%")))
+
+
+@pytest.mark.parametrize("use_lora", [True, False])
+def test_the_launch_cell_makes_a_valid_experiment_with_the_tpu_settings(use_lora):
+  """`make test`'s share of the test below: the notebook's settings, its TPU cells' model
+  arguments included, make a launch command that tpu_run.py parses and validates into an
+  experiment (files unchecked: the weights are Colab's download)."""
+  sources = ["".join(cell["source"]) for cell in _cells()]
+  assert sum("USE_LORA = True" in source for source in sources) == 1
+  namespace: dict = {}
+  for source in sources:  # the settings cells, the LoRA switch set to `use_lora`
+    exec(_python_lines(source.replace("USE_LORA = True", f"USE_LORA = {use_lora}")),  # noqa: S102
+         namespace)
+  launch = next(line for source in sources for line in source.splitlines()
+                if "launch/tpu_run.py" in line)
+  argv = shlex.split(launch[1:].format_map(namespace))
+  args = argv[argv.index("launch/tpu_run.py"):]
+  config, workdir, _ = tpu_run.parse_args(args)
+  experiment = config_schema.validate(config, files=False)
+  assert workdir == namespace["WORKDIR"] and experiment.model.preset == "qwen3-0.6b"
+  assert experiment.model.lora_rank == (16 if use_lora else 0)
+
+
+@pytest.mark.slow  # a whole launch of the CPU smoke config (`make test-slow`)
 def test_notebook_cells_run_on_the_cpu_smoke_config(tmp_path):
   cells = _cells()
   tpu = [c for c in cells if "tpu" in c.get("metadata", {}).get("tags", [])]
