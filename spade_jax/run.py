@@ -37,7 +37,7 @@ from spade_jax.eval.config import EvalConfig
 from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
 from spade_jax.experiment import Experiment
-from spade_jax.metrics.logger import StepLogger
+from spade_jax.metrics.logger import StepLogger, no_update_line
 from spade_jax.model import Qwen3, create_sharded, load_model, make_mesh
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.load import RUN_CONFIG_FILE
@@ -197,9 +197,8 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
       record = loop.step(final=loop.step_index + 1 == num_steps)  # last: train pending designs
       logger.observe(record)  # the windowed learnable share counts every step
       stop = stop_requests.reached(record.step)  # the same answer on every process
-      if not record.train_metrics:  # no valid environment and no designer sample came due
-        print(f"step {record.step}: no samples, no update (designer valid "
-              f"{record.designer_valid}/{record.designer_requests}, 0 environments)", flush=True)
+      if not record.train_metrics:  # no episode trainable and no designer sample came due
+        print(no_update_line(record), flush=True)
       else:
         if record.step % log_every == 0 or record.step == num_steps or stop:
           logger.write(record)

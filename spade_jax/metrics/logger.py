@@ -70,6 +70,15 @@ def progress_line(step: int, num_steps: int, m: dict[str, float], eta_s: float) 
           f"train {m['time/train_s']:.1f}s | ETA {format_duration(eta_s)}")
 
 
+def no_update_line(record: StepRecord) -> str:
+  """What a step without samples says: what was played and why none of it could train."""
+  errors = ", ".join(f"{kind} {n}" for kind, n in sorted(record.episode_errors.items()))
+  return (f"step {record.step}: no samples, no update ({len(record.envs)} environments, "
+          f"{record.unplayable_episodes} episodes unplayable, {record.dropped_episodes} "
+          f"dropped; episode errors: {errors or 'none'}; designer valid "
+          f"{record.designer_valid}/{record.designer_requests})")
+
+
 class StepLogger:
   """Turns each StepRecord into scalars, text summaries and a progress line."""
 

@@ -164,6 +164,8 @@ class SelfPlayLoop:
         envs_without_regret=sum(r.regret is None for r in reports) if self.arms == ARMS else 0,
         dropped_episodes=sum(e.dropped for e in episodes),
         unplayable_episodes=sum(e.unplayable for e in episodes),
+        episode_errors=dict(collections.Counter(e.error_kind for e in episodes
+                                                if e.error_kind is not None)),
         train_metrics=dict(train_metrics), timings=times, memory_size=len(self.memory),
         memory_uids=[e.uid for e in self.memory.entries])
 

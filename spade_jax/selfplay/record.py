@@ -71,6 +71,7 @@ class StepRecord:
   designs_without_regret: int = 0  # valid due designs not trained: no regret measured
   envs_without_regret: int = 0  # played envs with an arm without a playable episode
   unplayable_episodes: int = 0  # prompt too long / reset failed (not infra): not scored
+  episode_errors: dict[str, int] = dataclasses.field(default_factory=dict)  # kind -> episodes
 
   @property
   def valid_rate(self) -> float | None:

@@ -8,7 +8,7 @@ import os
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.util import tensor_util
 
-from spade_jax.metrics.logger import StepLogger, format_duration
+from spade_jax.metrics.logger import StepLogger, format_duration, no_update_line
 from spade_jax.selfplay.record import EnvReport, StepRecord
 
 
@@ -63,6 +63,15 @@ def test_non_chief_prints_but_writes_no_files(tmp_path):
   logger.write(_record(1, True, 1, 1))
   logger.close()
   assert os.listdir(tmp_path) == []
+
+
+def test_a_step_without_samples_says_what_was_played_and_how_it_failed():
+  record = dataclasses.replace(_record(3, False, 0, 0), train_metrics={}, agent_samples=0,
+                               unplayable_episodes=3, dropped_episodes=1,
+                               episode_errors={"timeout": 3, "infra": 1})
+  assert no_update_line(record) == (
+      "step 3: no samples, no update (1 environments, 3 episodes unplayable, 1 dropped; "
+      "episode errors: infra 1, timeout 3; designer valid 0/0)")
 
 
 def test_format_duration():

@@ -72,6 +72,8 @@ def test_unplayable_hinted_episodes_give_no_regret_not_a_negative_one(case):
   assert env.win_rate["hint"] is None and env.regret is None and env.returns["hint"] == []
   assert env.win_rate["no_hint"] == 0.0 and env.dropped_episodes == 0
   assert records[0].envs_without_regret == 1 and records[0].unplayable_episodes == 2
+  assert records[0].episode_errors == {
+      "prompt_too_long" if case == "prompt_too_long" else "exception": 2}
   # The design has no regret: not trained (scored 0 - 0.5 it would be pushed down).
   assert records[2].designs_without_regret == 1 and records[2].designer_samples == 0
   assert loop.memory.get("d1.0").regret is None
