@@ -5,7 +5,8 @@ r"""Memory and throughput plan of a run, per chip, before any chip is rented.
 
 Prints per chip: parameters, optimiser state, the frozen reference, gradients, the
 activations of one training micro-batch with and without rematerialisation, the engine's KV
-cache and its copy of the weights, their sum against the chip's HBM; and the FLOPs of one
+cache, its copy of the weights and its programs' transients; the train step's and the
+rollout's sums against the chip's HBM; and the FLOPs of one
 step (rollout and training tokens) with the ideal step time at the given MFU. The model is
 built abstractly (`nnx.eval_shape`): nothing is allocated, so it runs in seconds on any
 machine. The formulas are in docs/plan.md; tests/test_plan.py checks the training part against XLA's
@@ -32,8 +33,11 @@ from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
+from spade_jax.engine.config import EngineConfig
+from spade_jax.engine.slot_engine import largest_append
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
+from spade_jax.model.attention import KEY_BLOCK, QUERY_BLOCK
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
@@ -219,11 +223,31 @@ class Plan:
   lora_rank: int = 0
   trained: int = 0  # parameters the optimiser updates
   engine_weights: int = 0  # the engine's copy of the parameters (engine/weights.py)
+  decode_transient: int = 0  # what a decode block holds beside its arguments
+  append_transient: int = 0  # what the step's largest append holds beside its arguments
 
   def total(self, remat: bool) -> int:
+    """The train step's need: the trainer's state and one micro-batch, beside the engine's
+    weights copy and KV cache."""
     acts = self.train.activations_remat if remat else self.train.activations
     return (self.train.total - self.train.activations + acts + self.kv_cache
             + self.engine_weights)
+
+  @property
+  def decode_peak(self) -> int:
+    """A decode block's peak: its arguments (weights copy, decode state) and transients."""
+    return self.engine_weights + self.kv_cache + self.decode_transient
+
+  @property
+  def append_peak(self) -> int:
+    return self.engine_weights + self.kv_cache + self.append_transient
+
+  @property
+  def rollout_total(self) -> int:
+    """The rollout's need: the larger engine program beside the trainer's parameters,
+    optimiser state and reference, which stay resident."""
+    t = self.train
+    return t.params + t.opt_state + t.reference + max(self.decode_peak, self.append_peak)
 
   def step_time(self, mfu: float) -> float:
     return (self.rollout_flops + self.train_flops) / (self.chips * self.peak_flops * mfu)
@@ -263,6 +287,8 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
   # The engine's copy: the compute dtype where narrower, split over a replica's chips.
   copy = min(_bytes(cfg.param_dtype), _bytes(cfg.compute_dtype))
 
+  decode, append = rollout_transients(cfg, experiment.engine, s.num_envs, replicas,
+                                      chips // replicas, kv)
   _, active = parameter_counts(cfg)
   episodes = s.num_envs * 2 * s.group_size
   agent_tokens = episodes * min(t, prompt_tokens + s.max_turns * s.agent_sampling.max_new_tokens)
@@ -276,7 +302,43 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
               rollout_flops=(agent_tokens + designer_tokens) * per_token,
               train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops,
               lora_rank=cfg.lora_rank, trained=trained_count(cfg),
-              engine_weights=parameter_counts(cfg)[0] * copy // (chips // replicas))
+              engine_weights=parameter_counts(cfg)[0] * copy // (chips // replicas),
+              decode_transient=decode, append_transient=append)
+
+
+def _split(n: int, ways: int) -> int:
+  """A dimension of size n per chip under the inference rules: split where it divides."""
+  return n // ways if n % ways == 0 else n
+
+
+def rollout_transients(cfg: ModelConfig, engine: EngineConfig, prompts: int, replicas: int,
+                       model: int, kv: int) -> tuple[int, int]:
+  """(decode, append): bytes per chip the engine's programs hold beside their arguments, as
+  XLA's TPU compiler lays them out (heads, MLP and vocabulary split over a replica's `model`
+  chips, rows over the replicas: sharding.INFERENCE_RULES).
+
+  A decode block takes one layer's keys (or values) out of the stacked cache, writes them and
+  puts them back (model/attention.py): 1 / (2 layers) of the cache `kv`; and samples from f32
+  logits of every slot. The largest append (`largest_append`: the designer prompts' first
+  pieces) holds, in its widest layer, the keys and values it reads (padded to the key block),
+  one block of f32 scores per query block, the tokens' D-wide activations (three in the
+  compute dtype, two f32 partial sums of the row-parallel projections) and three MLP-wide
+  arrays.
+  """
+  c = _bytes(cfg.compute_dtype)
+  slots = _split(engine.num_slots, replicas)
+  decode = kv // (2 * cfg.num_layers) + 2 * slots * _split(cfg.vocab_size, model) * 4
+  rows, t, length = largest_append(engine, prompts, replicas)
+  tokens = _split(rows, replicas) * t
+  kv_heads, q_heads = _split(cfg.num_kv_heads, model), _split(cfg.num_heads, model)
+  keys = -(-length // KEY_BLOCK) * KEY_BLOCK
+  width = (cfg.num_experts_per_tok * cfg.moe_intermediate_size if cfg.is_moe
+           else cfg.intermediate_size)
+  append = (2 * _split(rows, replicas) * kv_heads * keys * cfg.head_dim * c
+            + _split(rows, replicas) * q_heads * min(t, QUERY_BLOCK) * KEY_BLOCK * 4
+            + tokens * cfg.hidden_size * (3 * c + 2 * 4)
+            + 3 * tokens * _split(width, model) * c)
+  return decode, append
 
 
 def kv_cache_shards(slots: int, kv_heads: int, replicas: int, model: int) -> int:
@@ -303,12 +365,14 @@ def report(plan: Plan, name: str, mfu: float) -> str:
            f"  activations, no remat   {g(plan.train.activations)}",
            f"  activations, remat      {g(plan.train.activations_remat)}",
            f"  engine KV cache         {g(plan.kv_cache)}",
-           f"  engine weights copy     {g(plan.engine_weights)}"]
-  for remat in (False, True):
-    need = plan.total(remat)
+           f"  engine weights copy     {g(plan.engine_weights)}",
+           f"  decode block transients {g(plan.decode_transient)}",
+           f"  largest append's        {g(plan.append_transient)}"]
+  needs = [(f"train step {'with' if remat else 'without'} remat", plan.total(remat))
+           for remat in (False, True)]
+  for label, need in [*needs, ("rollout (trainer resident)", plan.rollout_total)]:
     verdict = "fits" if need <= plan.hbm_bytes else "does NOT fit"
-    lines.append(f"  total {'with' if remat else 'without'} remat    {g(need)}  "
-                 f"headroom {g(plan.hbm_bytes - need)}  ({verdict})")
+    lines.append(f"  {label:26s} {g(need)}  headroom {g(plan.hbm_bytes - need)}  ({verdict})")
   lines += [f"  step FLOPs: rollout {plan.rollout_flops:.3e}, training {plan.train_flops:.3e}",
             f"  ideal step time at MFU {mfu:.0%}: {plan.step_time(mfu):.1f} s"]
   return "\n".join(lines)

@@ -22,7 +22,7 @@ from flax import nnx
 
 from spade_jax import tpu_aot
 from spade_jax.engine import slot_engine
-from spade_jax.engine.state import SlotParams, init_decode_state, pick_bucket, state_shardings
+from spade_jax.engine.state import SlotParams, init_decode_state, state_shardings
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
 from spade_jax.model.config import ModelConfig
@@ -137,10 +137,8 @@ def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[
   environments, at most a call's rows) in the largest prefill bucket, written into the
   slots."""
   graphdef, params, state, engine = _engine_inputs(experiment, cfg, mesh)
-  t = engine.max_chunk
-  row_counts = engine.append_rows(t)
-  rows = pick_bucket(min(experiment.selfplay.num_envs, row_counts[-1]), row_counts)
-  length = pick_bucket(t, engine.append_lengths)
+  rows, t, length = slot_engine.largest_append(experiment.engine, experiment.selfplay.num_envs,
+                                               engine.batch_shards)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
   sp = SlotParams.from_requests([], [], engine.max_stop_ids, rows)

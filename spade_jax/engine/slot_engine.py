@@ -284,10 +284,9 @@ class SlotEngine:
     full = max_cache_len + self.max_chunk
     self.decode_widths = _buckets(decode_widths, num_slots,
                                   [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
-    self.decode_lengths = _buckets(decode_lengths, full, _geometric_lengths(full))
-    # What an append's attention reads (one compile each): a window of the cache rows.
-    self.append_lengths = (self.decode_lengths if append_lengths is None
-                           else _buckets(append_lengths, full, ()))
+    # ... and what an append's attention reads (one compile each): a window of the cache rows.
+    self.decode_lengths, self.append_lengths = cache_lengths(full, decode_lengths,
+                                                             append_lengths)
 
   def load_weights(self, params) -> None:
     """Samples from `params` (an nnx.State shaped like the model's, or a model) from now on:
@@ -351,15 +350,9 @@ class SlotEngine:
     return self.reserve(state, max(slots, rows), max(length, cap))
 
   def append_rows(self, chunk: int) -> tuple[int, ...]:
-    """Row counts a prefill call of `chunk`-token pieces (a prefill bucket) is padded to.
-
-    With `prefill_tokens`, one: that many tokens' worth of rows (at most num_slots, at least
-    one, rounded up to the batch shards), so each bucket compiles once per append length
-    and a call's size stays bounded; else `row_buckets`."""
-    if self.prefill_tokens is None:
-      return self.row_buckets
-    rows = min(max(self.prefill_tokens // chunk, 1), self.num_slots)
-    return (-(-rows // self.batch_shards) * self.batch_shards,)
+    """Row counts a prefill call of `chunk`-token pieces (a prefill bucket) is padded to
+    (`append_row_counts`)."""
+    return append_row_counts(chunk, self.num_slots, self.batch_shards, self.prefill_tokens)
 
   def _pad(self, prompts: Sequence[Sequence[int]]):
     """-> tokens [R, T] int32, lengths [R]; R and T rounded up to buckets."""
@@ -458,6 +451,39 @@ def _geometric_lengths(full: int) -> list[int]:
   low = max(64, 1 << max(full // 16 - 1, 0).bit_length())
   return [n for k in range(low.bit_length() - 1, full.bit_length())
           for n in (2 ** k, 3 * 2 ** k // 2) if low <= n < full]
+
+
+def cache_lengths(full: int, decode_lengths: Sequence[int] | None,
+                  append_lengths: Sequence[int] | None) -> tuple[tuple[int, ...], ...]:
+  """(decode lengths, append lengths): the cache lengths a decode block runs at and the
+  windows an append's attention reads, each ending at `full` (max_cache_len plus the largest
+  prefill bucket); None takes the defaults (appends read at the decode lengths)."""
+  decode = _buckets(decode_lengths, full, _geometric_lengths(full))
+  return decode, decode if append_lengths is None else _buckets(append_lengths, full, ())
+
+
+def append_row_counts(chunk: int, num_slots: int, batch_shards: int,
+                      prefill_tokens: int | None) -> tuple[int, ...]:
+  """Row counts a prefill call of `chunk`-token pieces is padded to. With `prefill_tokens`,
+  one: that many tokens' worth of rows (at most num_slots, at least one, rounded up to the
+  batch shards), so each bucket compiles once per append length and a call's size stays
+  bounded; else `row_buckets`."""
+  if prefill_tokens is None:
+    return row_buckets(num_slots, batch_shards)
+  rows = min(max(prefill_tokens // chunk, 1), num_slots)
+  return (-(-rows // batch_shards) * batch_shards,)
+
+
+def largest_append(engine: EngineConfig, prompts: int, batch_shards: int
+                   ) -> tuple[int, int, int]:
+  """(rows, chunk, read length) of a step's largest append: `prompts` prompts (one refresh's
+  designer prompts, at most one call's rows) in pieces of the largest prefill bucket, the
+  first piece of each; what `plan` counts and `plan --compile` compiles."""
+  chunk = max(engine.prefill_buckets)
+  counts = append_row_counts(chunk, engine.num_slots, batch_shards, engine.prefill_tokens)
+  _, lengths = cache_lengths(engine.max_cache_len + chunk, engine.decode_lengths,
+                             engine.append_lengths)
+  return pick_bucket(min(prompts, counts[-1]), counts), chunk, pick_bucket(chunk, lengths)
 
 
 def _buckets(given: Sequence[int] | None, full: int, default: Sequence[int]) -> tuple[int, ...]:

@@ -1,5 +1,6 @@
-"""The plan's training memory against the train step that XLA's TPU compiler builds for the
-same config, deviceless (spade_jax.plan_compile).
+"""The plan's memory against the programs that XLA's TPU compiler builds for the same config,
+deviceless (spade_jax.plan_compile): the train step, and the engine's decode block and
+largest append.
 
 Widths are small but tile-sized (heads of 128, a model dimension that splits into 128-wide
 shards), so that the TPU's tile padding of narrow shards does not swamp what the plan counts;
@@ -8,6 +9,14 @@ weights and LoRA. On v5e-8 the compiler keeps less than the plan counts: it spli
 matmuls into windowed matmuls at 8 chips, and its scheduler keeps fewer temporaries than
 v5p's for the same program (bench/RESULTS_LOG.md, "Why the plan overcounts the LoRA step on
 v5e-8"): there the plan is checked to be an upper bound.
+
+The engine programs run with heads, MLP and vocabulary split over the chips (tensor
+parallel), so their widths here divide 8 chips. Their arguments (the weights copy and the
+decode state) are what the plan counts, on both generations. Their transients: a decode
+block's are the layer slice of the cache it rewrites, within 15 % on both; the largest
+append's are its widest layer's activations on v5p-8, within 15 %, while on v5e-8 the
+compiler keeps a few MiB of them (no [tokens, D] buffer is live at its peak), so there the
+plan is an upper bound.
 """
 
 import pytest
@@ -52,3 +61,38 @@ def test_plan_is_within_15_percent_of_the_v5p_train_step(config, monkeypatch):
 def test_plan_bounds_the_v5e_train_step(config, monkeypatch):
   planned, compiled = plan_and_compiled(config, "v5e-8", 8, monkeypatch)
   assert compiled <= planned < 2 * compiled, (planned, compiled)
+
+
+ENGINE_TILED = dict(num_layers=2, hidden_size=1024, intermediate_size=3072, num_heads=8,
+                    num_kv_heads=8, head_dim=128, vocab_size=8192)
+
+
+def engine_plan_and_compiled(config: str, topology: str, monkeypatch):
+  """{program: (planned, compiled) peak bytes per chip} of the decode block and the largest
+  append, with ENGINE_TILED widths, a 1,024-token cache and 256-token prefill pieces."""
+  monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+  args = ["plan", "--config", config, "--config.engine.max_cache_len=1024",
+          "--config.engine.prefill_buckets=(256,)"]
+  config, _ = config_schema.parse_config_args(args, flags.FlagValues())
+  experiment = config_schema.validate(config, files=False)
+  chip, chips = parse_topology(topology)
+  plan = make_plan(experiment, chip, chips, model_overrides=ENGINE_TILED)
+  reports = compile_step_programs(experiment, topology, model_overrides=ENGINE_TILED,
+                                  programs=("decode_block", "prefill_append"))
+  planned = {"decode_block": plan.decode_peak, "prefill_append": plan.append_peak}
+  return {name: (planned[name], r.program.peak, r.program.argument)
+          for name, r in reports.items()}, plan
+
+
+@pytest.mark.parametrize("topology", ["v5p-8", "v5e-8"])
+@pytest.mark.parametrize("config", ["games_8b.py", "games_lora.py"])
+def test_plan_follows_the_engine_programs(config, topology, monkeypatch):
+  found, plan = engine_plan_and_compiled(config, topology, monkeypatch)
+  for name, (planned, compiled, arguments) in found.items():
+    # Arguments: the weights copy and the decode state (KV cache, a few small arrays).
+    held = plan.engine_weights + plan.kv_cache
+    assert abs(held / arguments - 1) < 0.15, (name, held, arguments)
+    if name == "prefill_append" and topology == "v5e-8":
+      assert compiled <= planned, (name, planned, compiled)
+    else:
+      assert abs(planned / compiled - 1) < 0.15, (name, planned, compiled)
