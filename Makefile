@@ -28,7 +28,7 @@ smoke: $(VENV)/.runtime-installed
 # Files go out in collection order, not xdist's most-tests-first: tests/conftest.py puts the
 # pipeline-sized ones first.
 # `make test` leaves out the tests marked `slow`: whole pipelines at their real size (the
-# starter build and its loop, the two-process run, the plan against TPU compiles at D=512,
+# starter build and its loop, the two-process run, the plan against TPU compiles (but one),
 # the regret test's mutations, every minigame candidate validated, the Colab notebook's launch,
 # the TPU sizing of bench/accelerator.py), which `make test-slow` runs and bench/RESULTS.md
 # records.

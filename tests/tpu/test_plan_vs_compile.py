@@ -26,9 +26,8 @@ from spade_jax import config_schema, tpu_aot
 from spade_jax.plan import make_plan, parse_topology
 from spade_jax.plan_compile import compile_step_programs
 
-pytestmark = [pytest.mark.skipif(not tpu_aot.libtpu_available(),
-                                 reason="libtpu (requirements-test.txt) is not installed"),
-              pytest.mark.slow]  # four train steps compiled at D=512 (`make test-slow`)
+pytestmark = pytest.mark.skipif(not tpu_aot.libtpu_available(),
+                                reason="libtpu (requirements-test.txt) is not installed")
 
 TILED = dict(num_layers=2, hidden_size=512, intermediate_size=1536, num_heads=4, num_kv_heads=2,
              head_dim=128, vocab_size=8192)
@@ -49,6 +48,7 @@ def plan_and_compiled(config: str, topology: str, micro_batch: int, monkeypatch)
   return planned, report.program.peak
 
 
+@pytest.mark.slow  # a train step compiled at D=512 each (`make test-slow`)
 @pytest.mark.parametrize("config", ["games_8b.py", "games_lora.py"])
 def test_plan_is_within_15_percent_of_the_v5p_train_step(config, monkeypatch):
   """Without the gathered layer and its whole float32 gradient (plan.layer_counts) the full
@@ -57,6 +57,7 @@ def test_plan_is_within_15_percent_of_the_v5p_train_step(config, monkeypatch):
   assert abs(planned / compiled - 1) < 0.15, (planned, compiled)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("config", ["games_8b.py", "games_lora.py"])
 def test_plan_bounds_the_v5e_train_step(config, monkeypatch):
   planned, compiled = plan_and_compiled(config, "v5e-8", 8, monkeypatch)
@@ -84,8 +85,11 @@ def engine_plan_and_compiled(config: str, topology: str, monkeypatch):
           for name, r in reports.items()}, plan
 
 
-@pytest.mark.parametrize("topology", ["v5p-8", "v5e-8"])
-@pytest.mark.parametrize("config", ["games_8b.py", "games_lora.py"])
+@pytest.mark.parametrize(("config", "topology"), [
+    ("games_lora.py", "v5p-8"),  # `make test` runs this one; `make test-slow` the others
+    pytest.param("games_8b.py", "v5p-8", marks=pytest.mark.slow),
+    pytest.param("games_8b.py", "v5e-8", marks=pytest.mark.slow),
+    pytest.param("games_lora.py", "v5e-8", marks=pytest.mark.slow)])
 def test_plan_follows_the_engine_programs(config, topology, monkeypatch):
   found, plan = engine_plan_and_compiled(config, topology, monkeypatch)
   for name, (planned, compiled, arguments) in found.items():
