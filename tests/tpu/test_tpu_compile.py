@@ -158,6 +158,32 @@ def test_the_decode_loop_gathers_no_weight(config, topology):
   assert max(c.bytes for c in report.loop_collectives) < d * TILED["intermediate_size"] * 2
 
 
+def _entry_outputs(hlo: str) -> list[str]:
+  """The per-device shapes of a compiled program's outputs (its entry computation layout),
+  e.g. ["s32[32,1280]", "f32[32]"]."""
+  outputs = re.split(r"\)\}, [a-z_]+=", hlo.splitlines()[0].split(")->(", 1)[1])[0]
+  return re.findall(r"\b[a-z]+\d*\[[\d,]*\]", outputs)
+
+
+@pytest.mark.slow  # two compiles; tests/engine/test_engine_overlap.py checks it on a CPU mesh
+def test_every_chip_gets_the_whole_block_and_first_tokens_of_a_split_state():
+  """With two replicas (data 2) the decode state's rows split over them, but what the host
+  reads (a block's tokens, log-probs and valid flags; an append's first tokens) comes out
+  whole on every chip (slot_engine._for_host), so each host reads its own copy with no
+  collective. Without it the compiled outputs were the split rows: s32[16,32], s32[16]."""
+  experiment = _experiment("games_lora.py", "--config.mesh.data=2",
+                           "--config.engine.max_cache_len=1024",
+                           "--config.engine.prefill_buckets=(256,)")
+  reports = compile_step_programs(experiment, "v5e-8", model_overrides=TILED,
+                                  programs=("decode_block", "prefill_append"))
+  rows, steps = experiment.engine.num_slots, experiment.engine.decode_steps_per_poll
+  decode = _entry_outputs(reports["decode_block"].program.hlo)
+  assert f"s32[{rows // 2},1280]" in decode  # the state's rows: split over the replicas
+  assert decode[-3:] == [f"{dtype}[{rows},{steps}]" for dtype in ("s32", "f32", "pred")], decode
+  append = _entry_outputs(reports["prefill_append"].program.hlo)
+  assert append[-2:] == [f"s32[{rows}]", f"f32[{rows}]"], append
+
+
 def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
   env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
   env.pop("JAX_PLATFORMS", None)  # the command keeps the CPU itself on a host without chips
