@@ -83,7 +83,10 @@ def blocked_cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
   einsum dominated the append's memory. Blocks of queries run one after another (lax.map),
   each an online softmax (flash attention's running max and sum) over steps of keys
   (lax.fori_loop). T and S are padded to whole blocks: pad queries are dropped, pad keys
-  masked. Equal to cached_attention up to rounding for every query with a visible key.
+  masked. A query block stops after the last key block any of its queries sees (past every
+  row's end, and past the block's last position in a causal chunk): fully masked blocks add
+  nothing to the softmax. Equal to cached_attention up to rounding for every query with a
+  visible key.
   """
   b, t, n, hd = q.shape
   kv_heads, s = k.shape[1], k.shape[2]
@@ -98,8 +101,10 @@ def blocked_cached_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax
     mi = jax.lax.dynamic_slice_in_dim(mask, i * tq, tq, axis=1)  # [B, tq, S']
     init = (jnp.full(qi.shape[:-1], -jnp.inf, jnp.float32),
             jnp.zeros(qi.shape[:-1], jnp.float32), jnp.zeros(qi.shape, jnp.float32))
+    seen = jnp.max(jnp.where(mi.any(axis=(0, 1)), jnp.arange(s_pad) + 1, 0))  # keys to read
+    steps = jnp.maximum(-(-seen // tk), 1)  # a query that sees nothing gets uniform weights
     _, total, acc = jax.lax.fori_loop(
-        0, s_pad // tk, lambda j, carry: _key_step(qi, k, v, mi, scale, j * tk, tk, carry), init)
+        0, steps, lambda j, carry: _key_step(qi, k, v, mi, scale, j * tk, tk, carry), init)
     return (acc / total[..., None]).astype(v.dtype)
 
   out = jax.lax.map(query_rows, jnp.arange(t_pad // tq))  # [T'/tq, B, K, tq, G, Hd]

@@ -52,6 +52,23 @@ def test_blocked_attention_matches_the_reference(t, s, query_block, key_block):
                              atol=2e-5)
 
 
+def test_blocked_attention_reads_no_key_block_past_what_its_queries_see(monkeypatch):
+  """Two rows ending at keys 8 and 7 in a 64-key window (8 blocks of 8), queries in blocks of
+  4: query blocks 0 and 1 see keys up to 7 (one key block each), block 2 up to 8 (two): four
+  key steps, not 3 x 8, and the same outputs."""
+  q, k, v, mask, real = _append_inputs([0, 5], [9, 3], 9, 64)
+  steps = []
+  step = attention._key_step  # pylint: disable=protected-access
+  monkeypatch.setattr(attention, "_key_step", lambda *a: (
+      jax.debug.callback(lambda: steps.append(1)), step(*a))[1])
+  got = jax.jit(functools.partial(blocked_cached_attention, scale=0.3, query_block=4,
+                                  key_block=8))(q, k, v, mask)
+  jax.effects_barrier()
+  assert len(steps) == 4
+  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(_reference(q, k, v, mask))[real],
+                             atol=2e-5)
+
+
 def test_blocked_attention_under_a_mesh_matches_unsharded():
   """Rows over data, kv heads over tensor: the compiler partitions the blocked form."""
   q, k, v, mask, real = _append_inputs([0, 7, 19, 3], [21, 13, 1, 5], 21, 48)
