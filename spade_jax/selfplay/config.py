@@ -23,8 +23,8 @@ from spade_jax.engine.api import SamplingParams
 from spade_jax.envs.library import GAME_CATEGORIES, TOOL_CATEGORIES
 from spade_jax.rl.batch import BatchBounds
 from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES
+from spade_jax.selfplay.designer_rewards import get_designer_reward
 from spade_jax.selfplay.prompts import DESIGNER_PROMPTS, SETTINGS, designer_system_prompt
-from spade_jax.selfplay.regret import get_designer_reward
 from spade_jax.selfplay.replies import check_action_format
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
@@ -55,7 +55,7 @@ class SelfPlayConfig:
   categories_per_step: int = 3  # categories drawn for each refresh
   max_turns: int = 8  # framework cap on episode length (the env's own may be smaller)
   action_format: str = "<action>{}</action>"  # agent action wrapper; {} = the action
-  designer_reward: str = "hint_regret"  # or "ema_learning_potential" (selfplay/regret.py)
+  designer_reward: str = "hint_regret"  # or "ema_learning_potential" (selfplay/designer_rewards.py)
   designer_prompt: str = "full"  # or "compact" (prompts.DESIGNER_PROMPTS: no contract text)
   # The paper's "discard": invalid designs give no rows, regret is normalised among the
   # refresh's valid designs; "penalty": invalid_designer_reward in the same group;

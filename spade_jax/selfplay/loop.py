@@ -31,7 +31,7 @@ from typing import Any
 
 from spade_jax.checks import require
 from spade_jax.envs.difficulty import at_level, declared_levels
-from spade_jax.selfplay import batching, designer, regret
+from spade_jax.selfplay import batching, designer, designer_rewards
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.designer_advantage import designer_targets
@@ -81,7 +81,7 @@ class SelfPlayLoop:
       levels = {e.uid: declared_levels(e.source) for e in self.library}
       self.rlve = DifficultyWindows({u: n for u, n in levels.items() if n}, settings.group_size)
     self.arms = ("no_hint",) if settings.fixed_envs else ARMS
-    self.reward_fn = regret.get_designer_reward(settings.designer_reward)
+    self.reward_fn = designer_rewards.get_designer_reward(settings.designer_reward)
     stops = tuple(tokenizer.stop_ids)
     self.designer_params = dataclasses.replace(settings.designer_sampling, stop_token_ids=stops)
     self.agent_params = dataclasses.replace(settings.agent_sampling, stop_token_ids=stops)
@@ -264,7 +264,7 @@ class SelfPlayLoop:
       kept = {arm: [e for e in arms[arm] if e.playable] for arm in ARMS}
       returns = {arm: [e.episode_return for e in kept[arm]] for arm in ARMS}
       env.returns.add_step(returns["no_hint"], returns["hint"])
-      win = {arm: regret.mean(returns[arm]) for arm in ARMS}
+      win = {arm: designer_rewards.mean(returns[arm]) for arm in ARMS}
       first = next((e.first_observation for arm in ARMS for e in kept[arm]
                     if e.first_observation), "")
       reports.append(EnvReport(
@@ -283,7 +283,7 @@ class SelfPlayLoop:
     for env in self.schedule.active:
       stats = dict(win_rate_no_hint=env.returns.pooled_mean("no_hint"),
                    win_rate_hint=env.returns.pooled_mean("hint"),
-                   regret=regret.hint_regret(env.returns), step=t)
+                   regret=designer_rewards.hint_regret(env.returns), step=t)
       if env.uid in self.memory:
         entry = self.memory.get(env.uid)
         new_window = int(t == env.refresh_step)

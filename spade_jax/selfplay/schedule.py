@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from spade_jax.selfplay.regret import ArmReturns
+from spade_jax.selfplay.designer_rewards import ArmReturns
 
 
 @dataclasses.dataclass

@@ -1,6 +1,8 @@
 """Greedy parity with transformers (dense and MoE), the CLI and bad-input errors."""
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -80,3 +82,12 @@ def test_sharded_engine_matches_single_device(checkpoints):
   got = generate(sharded, prompts, NEW, temperature=0.0, mesh=mesh)
   for prompt, result in zip(prompts, got, strict=True):
     assert result.tokens == lib.hf_greedy(hf, prompt, NEW)[0]
+
+
+def test_python_m_runs_the_module_without_a_runpy_warning():
+  """`spade_jax.engine.generate` names the module only (the package does not re-export the
+  function over it), so runpy does not find it imported before it runs."""
+  proc = subprocess.run([sys.executable, "-m", "spade_jax.engine.generate", "--help"],
+                        capture_output=True, text=True, timeout=120, check=False)
+  assert proc.returncode == 0 and "usage: python -m spade_jax.engine.generate" in proc.stdout
+  assert "RuntimeWarning" not in proc.stderr, proc.stderr

@@ -8,7 +8,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-from spade_jax.engine import SlotConversationEngine, generate
+from spade_jax.engine import SlotConversationEngine
+from spade_jax.engine.generate import generate
 from spade_jax.model import get_preset, lora, make_mesh, shard_model
 from spade_jax.model.testing import random_model
 

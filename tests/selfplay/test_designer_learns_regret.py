@@ -39,7 +39,7 @@ from spade_jax.model import Qwen3, get_preset
 from spade_jax.rl.config import RLConfig
 from spade_jax.rl.trainer import CompiledSteps, Trainer
 from spade_jax.sandbox.pool import SandboxPool
-from spade_jax.selfplay import designer, regret
+from spade_jax.selfplay import designer, designer_rewards
 from spade_jax.selfplay import loop as loop_module
 from spade_jax.selfplay.chat import ChatFormatter
 from spade_jax.selfplay.config import SelfPlayConfig
@@ -230,10 +230,10 @@ def run(pool, compiled: CompiledSteps,
 def mutate(mp: pytest.MonkeyPatch, mutation: str | None, loop: SelfPlayLoop) -> None:
   """Breaks the designer's signal at one place (module docstring)."""
   if mutation == "sign":
-    loop.reward_fn = lambda returns: -regret.hint_regret(returns)
+    loop.reward_fn = lambda returns: -designer_rewards.hint_regret(returns)
   elif mutation == "arms":
-    add_step = regret.ArmReturns.add_step
-    mp.setattr(regret.ArmReturns, "add_step",
+    add_step = designer_rewards.ArmReturns.add_step
+    mp.setattr(designer_rewards.ArmReturns, "add_step",
                lambda self, no_hint, hint: add_step(self, hint, no_hint))
   elif mutation in ("delay", "shuffle"):
     targets = loop_module.designer_targets

@@ -5,13 +5,13 @@ import json
 import numpy as np
 import pytest
 
-from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
-from spade_jax.selfplay.regret import (
+from spade_jax.selfplay.designer_rewards import (
   ArmReturns,
   ema_learning_potential,
   get_designer_reward,
   hint_regret,
 )
+from spade_jax.selfplay.memory import EnvMemory, MemoryEntry
 
 
 def test_hint_regret_pools_the_whole_window():

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from spade_jax.selfplay.chat import ChatFormatter
-from spade_jax.selfplay.regret import hint_regret
+from spade_jax.selfplay.designer_rewards import hint_regret
 from spade_jax.selfplay.schedule import ActiveEnv, EnvSchedule, PendingDesign, split_budget
 from spade_jax.selfplay.seeding import derive_seed
 from tests.selfplay.selfplay_fakes import ByteTokenizer, make_settings
