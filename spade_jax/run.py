@@ -181,7 +181,7 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
   try:
     loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
                         trainer=trainer, corpus=corpus,
-                        library=seed_entries(settings, "train" if evals.hold_out_seed_games
+                        seed_envs=seed_entries(settings, "train" if evals.hold_out_seed_games
                                              else "all"))
     num_steps, log_every = train.num_steps, train.log_every
     logger = StepLogger(workdir, num_steps, num_text_summaries=train.num_text_summaries,

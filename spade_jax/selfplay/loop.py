@@ -58,27 +58,28 @@ class SelfPlayLoop:
 
   `trainer` needs `train_step(TrainBatch) -> dict[str, float]` and `params` (what the engine
   loads after each update). `corpus` needs `take(n)` of passages with `.doc_id`, `.text` and
-  `.origin`, and `state_dict()` / `load_state_dict()`. `library` holds the seed environments as
-  memory entries (origin "seed"): the initial memory and the fixed-environment set.
+  `.origin`, and `state_dict()` / `load_state_dict()`. `seed_envs` holds the seed library's
+  environments as memory entries (origin "seed"): the initial memory and the fixed-environment
+  set.
   """
 
   def __init__(self, settings: SelfPlayConfig, *, engine, pool, tokenizer, trainer,
-               corpus, library: Sequence[MemoryEntry], memory: EnvMemory | None = None):
+               corpus, seed_envs: Sequence[MemoryEntry], memory: EnvMemory | None = None):
     self.settings = settings
     self.engine, self.pool, self.trainer, self.corpus = engine, pool, trainer, corpus
     self.tokenizer = tokenizer
     self.formatter = ChatFormatter(tokenizer)
-    self.library = [e for e in library if e.category in settings.skills]
-    require(len(self.library) >= settings.min_library_size, "selfplay.num_envs",
-            settings.num_envs, f"<= {len(self.library)}, the library environments of the "
+    self.seed_envs = [e for e in seed_envs if e.category in settings.skills]
+    require(len(self.seed_envs) >= settings.min_library_size, "selfplay.num_envs",
+            settings.num_envs, f"<= {len(self.seed_envs)}, the library environments of the "
             f"skills {settings.skills} that selfplay.fixed_envs={settings.fixed_envs!r} plays "
             "a step")
     self.memory = memory if memory is not None else EnvMemory(
-        settings.memory_capacity, [dataclasses.replace(e) for e in self.library])
+        settings.memory_capacity, [dataclasses.replace(e) for e in self.seed_envs])
     self.schedule = EnvSchedule(settings.k)
     self.rlve = None
     if settings.fixed_envs == "rlve":
-      levels = {e.uid: declared_levels(e.source) for e in self.library}
+      levels = {e.uid: declared_levels(e.source) for e in self.seed_envs}
       self.rlve = DifficultyWindows({u: n for u, n in levels.items() if n}, settings.group_size)
     self.arms = ("no_hint",) if settings.fixed_envs else ARMS
     self.reward_fn = designer_rewards.get_designer_reward(settings.designer_reward)
@@ -218,7 +219,7 @@ class SelfPlayLoop:
 
   def _fixed_envs(self, t: int) -> list[ActiveEnv]:
     """Fixed-env baselines: walk a seeded permutation of the seed library (RLVE: at a level)."""
-    s, lib = self.settings, self.library
+    s, lib = self.settings, self.seed_envs
     order = derive_rng(s.seed, "fixed").permutation(len(lib))
     first = ((t - 1) // s.k) * s.num_envs
     picked = [lib[order[(first + i) % len(lib)]] for i in range(s.num_envs)]

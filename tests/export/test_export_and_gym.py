@@ -41,7 +41,7 @@ def run_dir(tmp_path_factory):
                           "<action>win</action>" if hinted or step % 2 else "<action>lose</action>")
   loop = SelfPlayLoop(make_settings(memory_capacity=3), engine=make_engine(policy),
                       pool=FakePool(), tokenizer=TOK, trainer=FakeTrainer(), corpus=ListCorpus(),
-                      library=seed_library())
+                      seed_envs=seed_library())
   logger = StepLogger(workdir, num_steps=4, stream=io.StringIO())
   for _ in range(4):
     logger.observe(loop.step())  # what run.py does after every step

@@ -212,7 +212,7 @@ def run(pool, compiled: CompiledSteps,
                              detokenize=tok.decode),
       FakeEngine(scripted_agent(tok), num_slots=NUM_ENVS * GROUP * 2))
   loop = SelfPlayLoop(SETTINGS, engine=engine, pool=pool, tokenizer=tok, trainer=trainer,
-                      corpus=None, library=[])
+                      corpus=None, seed_envs=[])
   curve, picks = [], []
   with pytest.MonkeyPatch.context() as mp:
     mutate(mp, mutation, loop)

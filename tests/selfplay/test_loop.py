@@ -53,7 +53,7 @@ def make_loop(designs=DESIGNS, rule=wins_with_hint_or_at_step_2, pool=None, **ov
   loop = SelfPlayLoop(make_settings(**overrides), engine=make_engine(policy),
                       pool=pool or FakePool(),
                       tokenizer=TOK, trainer=FakeTrainer(), corpus=ListCorpus(),
-                      library=seed_library())
+                      seed_envs=seed_library())
   return loop, policy
 
 
@@ -343,7 +343,7 @@ def test_shipped_tool_use_config_plays_the_tool_seeds_on_the_fakes():
   loop = SelfPlayLoop(settings, engine=FakeEngine(first_tool_then_answer, num_slots=8,
                                                   steps_per_poll=256),
                       pool=FakePool(require_tools=True), tokenizer=TOK, trainer=FakeTrainer(),
-                      corpus=None, library=library)
+                      corpus=None, seed_envs=library)
   record = loop.step()
   assert len(record.envs) == 2 and record.dropped_episodes == 0
   for env in record.envs:

@@ -88,7 +88,7 @@ def make_rlve_loop(action):
   policy = ScriptedPolicy(TOK, {}, lambda tag, hinted, step, turn: f"<action>{action}</action>")
   loop = SelfPlayLoop(make_settings(fixed_envs="rlve"), engine=make_engine(policy),
                       pool=FakePool(), tokenizer=TOK, trainer=FakeTrainer(), corpus=None,
-                      library=library)
+                      seed_envs=library)
   return loop, policy
 
 

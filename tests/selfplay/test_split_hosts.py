@@ -78,7 +78,7 @@ def run_loop(exchange):
   loop = SelfPlayLoop(make_settings(num_envs=3, fill_from_memory=True),
                       engine=make_engine(ScriptedPolicy(TOK, DESIGNS, agent_rule)),
                       pool=SplitPool(pool, exchange), tokenizer=TOK, trainer=FakeTrainer(),
-                      corpus=ListCorpus(), library=seed_library())
+                      corpus=ListCorpus(), seed_envs=seed_library())
   records = [loop.step().to_dict() for _ in range(STEPS)]
   return {"records": [{**r, "timings": None} for r in records], "pool": pool.calls,
           "batches": loop.trainer.batches, "state": loop.state_dict()}
