@@ -206,14 +206,14 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
           logger.write_scalars(run_evaluation(evals, engine, pool, tokenizer,
                                               experiment.engine.max_cache_len, workdir,
                                               record.step), record.step)
-      if record.train_metrics or (stop and trainer.step not in trainer.checkpoints.all_steps()):
+      if record.train_metrics or (stop and trainer.updates not in trainer.checkpoints.all_steps()):
         # Checkpoints are named by the trainer's update count (== step unless a step had no
         # update); the loop's own step is in the host state.
         trainer.maybe_save({**loop.state_dict(), "logger": logger.state_dict()},
                            force=record.step == num_steps or stop)
       if stop and loop.step_index < num_steps:
         raise Preempted(stop_requests.notice, record.step,
-                        f"{trainer.checkpoints.directory}/{trainer.step}")
+                        f"{trainer.checkpoints.directory}/{trainer.updates}")
     return record
   except Exception as err:  # a collective that failed because a process died reads as such
     lost = lost_peer(err, getattr(pool.exchange, "peers", None))

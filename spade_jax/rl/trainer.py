@@ -58,7 +58,7 @@ class Trainer:
     self.checkpoints = checkpoints
     if checkpoints is not None:  # makes every checkpoint loadable by model.load_model
       checkpoints.write_model_config(model.cfg)
-    self.step = 0
+    self.updates = 0  # optimiser updates made: the checkpoints' step numbers
     self._rng = jax.random.key_data(jax.random.key(seed))
     self._schedule = learning_rate_schedule(self.cfg)
     # With LoRA only the adapters train; the frozen base weights travel in `_rest`.
@@ -130,8 +130,8 @@ class Trainer:
     for role in ROLE_NAMES.values():  # a role without rows this step reports nothing
       if metrics[f"{role}/loss_tokens"] == 0:
         metrics = {k: v for k, v in metrics.items() if not k.startswith(f"{role}/")}
-    metrics["learning_rate"] = float(self._schedule(self.step))
-    self.step += 1
+    metrics["learning_rate"] = float(self._schedule(self.updates))
+    self.updates += 1
     return {**metrics, **stats}
 
   def compiled_step(self, batch: TrainBatch) -> jax.stages.Compiled:
@@ -161,7 +161,7 @@ class Trainer:
     if self.checkpoints is None:
       raise ValueError("Trainer has no CheckpointManager (pass checkpoints= or a workdir)")
     host_state = lora.tag_host_state(host_state, self._base)
-    return self.checkpoints.save(self.step, self.trained_params, self.opt_state, self._rng,
+    return self.checkpoints.save(self.updates, self.trained_params, self.opt_state, self._rng,
                                  host_state, force=force)
 
   def restore(self) -> dict | None:
@@ -176,7 +176,7 @@ class Trainer:
                                        self.checkpoints.directory / str(restored.step))
     nnx.update(self.policy, self._placed(restored.params))
     self.opt_state = self._placed(restored.opt_state)
-    self.step = restored.step
+    self.updates = restored.step
     if restored.rng is not None:
       self._rng = jnp.asarray(restored.rng)
     return host_state

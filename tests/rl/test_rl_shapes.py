@@ -100,7 +100,7 @@ def test_a_batch_past_the_bounds_fails_before_the_step_naming_the_field(shape, l
   trainer = Trainer(_experiment().rl, _model(), compiled=compiled)
   with pytest.raises(ValueError, match=message):
     trainer.train_step(_batch(0, *shape, loss=loss))
-  assert trainer.step == 0
+  assert trainer.updates == 0
 
 
 def test_bounds_follow_the_config():

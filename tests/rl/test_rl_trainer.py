@@ -196,7 +196,7 @@ def test_resume_reproduces_uninterrupted_run_bit_for_bit(initial, tmp_path, comp
 
   resumed = Trainer(RL, _model(initial), seed=7, checkpoints=manager(), compiled=compiled)
   host = resumed.restore()
-  assert host == {"data_position": 2, "memory": ["env-a"]} and resumed.step == 2
+  assert host == {"data_position": 2, "memory": ["env-a"]} and resumed.updates == 2
   for step in range(2, 4):
     resumed.train_step(_batch(step))
   resumed.close()
@@ -217,7 +217,7 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path, 
     trainer.train_step(_batch(step))
     trainer.maybe_save({"step_seen": step + 1})
     trainer.checkpoints.wait_until_finished()
-    saved[trainer.step] = _leaves(trainer.params)
+    saved[trainer.updates] = _leaves(trainer.params)
   trainer.close()
   # Damage every array file of the newest checkpoint's parameters.
   damaged = 0
@@ -235,7 +235,7 @@ def test_corrupt_latest_checkpoint_falls_back_with_a_warning(initial, tmp_path, 
                     compiled=compiled)
   with pytest.warns(RuntimeWarning, match="checkpoint .*2 is not usable: .*manifest.ocdbt"):
     host = resumed.restore()
-  assert resumed.step == 1 and host == {"step_seen": 1}
+  assert resumed.updates == 1 and host == {"step_seen": 1}
   assert (directory / "2.corrupt").is_dir() and not (directory / "2").exists()
   for a, b in zip(saved[1], _leaves(resumed.params), strict=True):
     np.testing.assert_array_equal(a, b)
