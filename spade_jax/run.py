@@ -77,17 +77,17 @@ def build_model(policy: PolicyConfig, seed: int, mesh):
   return nnx.merge(graphdef, nnx.state(model))
 
 
-def seed_entries(settings: SelfPlayConfig, split: str = "all") -> list[MemoryEntry]:
+def seed_entries(selfplay: SelfPlayConfig, split: str = "all") -> list[MemoryEntry]:
   """The library memory starts from: the setting's seeds (of `split`), the vowels environment
   or minigames."""
-  if settings.library == "minigames":
+  if selfplay.library == "minigames":
     return [MemoryEntry(g.uid, g.source, g.hint, g.category, "seed", -1)
-            for g in minigames.library(settings.skills, min_size=settings.min_library_size)]
-  if settings.library == "vowels":
+            for g in minigames.library(selfplay.skills, min_size=selfplay.min_library_size)]
+  if selfplay.library == "vowels":
     return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
-            for skill in settings.skills]
+            for skill in selfplay.skills]
   return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
-          for s in load_seed_library(kind=settings.setting, categories=settings.skills,
+          for s in load_seed_library(kind=selfplay.setting, categories=selfplay.skills,
                                      split=split)]
 
 
@@ -161,7 +161,7 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
   storage.check_writable(workdir)
   if jax.process_index() == 0:
     save_config(experiment, workdir)
-  settings, evals, train = experiment.selfplay, experiment.eval, experiment.train
+  selfplay, evals, train = experiment.selfplay, experiment.eval, experiment.train
   mesh = make_mesh(experiment.mesh_shape) if mesh is None else mesh
   try:
     tokenizer = load_tokenizer(experiment.tokenizer)
@@ -175,13 +175,13 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
   stop_requests = StopRequests(start_step=int((host_state or {}).get("step", 0)))
   engine = build_engine(experiment.engine, trainer.policy, mesh)
   engine.load_weights(trainer.params)
-  corpus = make_corpus(experiment.corpus, shard=(0, 1)) if settings.use_corpus else None
+  corpus = make_corpus(experiment.corpus, shard=(0, 1)) if selfplay.use_corpus else None
   pool = build_pool(experiment)
   logger = None
   try:
-    loop = SelfPlayLoop(settings, engine=engine, pool=pool, tokenizer=tokenizer,
+    loop = SelfPlayLoop(selfplay, engine=engine, pool=pool, tokenizer=tokenizer,
                         trainer=trainer, corpus=corpus,
-                        seed_envs=seed_entries(settings, "train" if evals.hold_out_seed_games
+                        seed_envs=seed_entries(selfplay, "train" if evals.hold_out_seed_games
                                              else "all"))
     num_steps, log_every = train.num_steps, train.log_every
     logger = StepLogger(workdir, num_steps, num_text_summaries=train.num_text_summaries,

@@ -1,6 +1,6 @@
 """The SPADE self-play loop: designer, agent episodes, regret, memory, corpus, schedule.
 
-`SelfPlayLoop(settings, engine=..., pool=..., tokenizer=..., trainer=...)` runs one step per
+`SelfPlayLoop(config, engine=..., pool=..., tokenizer=..., trainer=...)` runs one step per
 `.step()` and returns a `StepRecord`; `SelfPlayConfig.from_config(config)` builds its
 settings. The composition root that wires a real run is `spade_jax.run`.
 

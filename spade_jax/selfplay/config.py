@@ -160,11 +160,11 @@ class SelfPlayConfig:
     categories.
 
     `max_cache_len` is the engine's (derived: `Experiment` passes config.engine's)."""
-    settings = cls(**read_config(config), max_cache_len=max_cache_len)
-    known = SETTING_CATEGORIES[settings.setting]
-    require(set(settings.skills) <= set(known), field_path("skills"), settings.skills,
-            f"categories of the {settings.setting} setting, among {known}")
-    return settings
+    selfplay = cls(**read_config(config), max_cache_len=max_cache_len)
+    known = SETTING_CATEGORIES[selfplay.setting]
+    require(set(selfplay.skills) <= set(known), field_path("skills"), selfplay.skills,
+            f"categories of the {selfplay.setting} setting, among {known}")
+    return selfplay
 
 
 def config_defaults() -> dict[str, Any]:

@@ -63,29 +63,29 @@ class SelfPlayLoop:
   set.
   """
 
-  def __init__(self, settings: SelfPlayConfig, *, engine, pool, tokenizer, trainer,
+  def __init__(self, config: SelfPlayConfig, *, engine, pool, tokenizer, trainer,
                corpus, seed_envs: Sequence[MemoryEntry], memory: EnvMemory | None = None):
-    self.settings = settings
+    self.config = config
     self.engine, self.pool, self.trainer, self.corpus = engine, pool, trainer, corpus
     self.tokenizer = tokenizer
     self.formatter = ChatFormatter(tokenizer)
-    self.seed_envs = [e for e in seed_envs if e.category in settings.skills]
-    require(len(self.seed_envs) >= settings.min_library_size, "selfplay.num_envs",
-            settings.num_envs, f"<= {len(self.seed_envs)}, the library environments of the "
-            f"skills {settings.skills} that selfplay.fixed_envs={settings.fixed_envs!r} plays "
+    self.seed_envs = [e for e in seed_envs if e.category in config.skills]
+    require(len(self.seed_envs) >= config.min_library_size, "selfplay.num_envs",
+            config.num_envs, f"<= {len(self.seed_envs)}, the library environments of the "
+            f"skills {config.skills} that selfplay.fixed_envs={config.fixed_envs!r} plays "
             "a step")
     self.memory = memory if memory is not None else EnvMemory(
-        settings.memory_capacity, [dataclasses.replace(e) for e in self.seed_envs])
-    self.schedule = EnvSchedule(settings.k)
+        config.memory_capacity, [dataclasses.replace(e) for e in self.seed_envs])
+    self.schedule = EnvSchedule(config.k)
     self.rlve = None
-    if settings.fixed_envs == "rlve":
+    if config.fixed_envs == "rlve":
       levels = {e.uid: declared_levels(e.source) for e in self.seed_envs}
-      self.rlve = DifficultyWindows({u: n for u, n in levels.items() if n}, settings.group_size)
-    self.arms = ("no_hint",) if settings.fixed_envs else ARMS
-    self.reward_fn = designer_rewards.get_designer_reward(settings.designer_reward)
+      self.rlve = DifficultyWindows({u: n for u, n in levels.items() if n}, config.group_size)
+    self.arms = ("no_hint",) if config.fixed_envs else ARMS
+    self.reward_fn = designer_rewards.get_designer_reward(config.designer_reward)
     stops = tuple(tokenizer.stop_ids)
-    self.designer_params = dataclasses.replace(settings.designer_sampling, stop_token_ids=stops)
-    self.agent_params = dataclasses.replace(settings.agent_sampling, stop_token_ids=stops)
+    self.designer_params = dataclasses.replace(config.designer_sampling, stop_token_ids=stops)
+    self.agent_params = dataclasses.replace(config.agent_sampling, stop_token_ids=stops)
     self.step_index = 0  # completed steps
     self.num_updates = 0  # trainer updates made (the designer's behaviour-policy age)
 
@@ -111,7 +111,7 @@ class SelfPlayLoop:
   # ------------------------------------------------------------------------- the step
   def step(self, final: bool = False) -> StepRecord:
     """Runs the next step; `final` (the run's last step) also trains the pending designs."""
-    t, s = self.step_index + 1, self.settings
+    t, s = self.step_index + 1, self.config
     timings = Timings()
     start = time.perf_counter()
     refresh = _Refresh([], [])
@@ -172,13 +172,13 @@ class SelfPlayLoop:
 
   # ------------------------------------------------------------------------- refresh
   def _categories(self, t: int) -> list[str]:
-    s = self.settings
+    s = self.config
     picked = derive_rng(s.seed, "categories", t).choice(
         len(s.skills), size=s.categories_per_step, replace=False)
     return [s.skills[i] for i in sorted(picked)]
 
   def _refresh(self, t: int, timings: Timings) -> _Refresh:
-    s = self.settings
+    s = self.config
     if s.fixed_envs:
       return _Refresh(self._fixed_envs(t), [])
     slots = split_budget(s.num_envs, self._categories(t))
@@ -219,7 +219,7 @@ class SelfPlayLoop:
 
   def _fixed_envs(self, t: int) -> list[ActiveEnv]:
     """Fixed-env baselines: walk a seeded permutation of the seed library (RLVE: at a level)."""
-    s, lib = self.settings, self.seed_envs
+    s, lib = self.config, self.seed_envs
     order = derive_rng(s.seed, "fixed").permutation(len(lib))
     first = ((t - 1) // s.k) * s.num_envs
     picked = [lib[order[(first + i) % len(lib)]] for i in range(s.num_envs)]
@@ -234,7 +234,7 @@ class SelfPlayLoop:
 
   # ---------------------------------------------------------------------------- play
   def _play(self, t: int, timings: Timings) -> list[Episode]:
-    s = self.settings
+    s = self.config
     specs = []
     for env in self.schedule.active:
       cap = min(s.max_turns, env.max_turns) if env.max_turns else s.max_turns
@@ -249,9 +249,9 @@ class SelfPlayLoop:
               sample_seed=derive_seed(s.seed, "sample", t, env.uid, arm, g), max_turns=cap))
     if not specs:
       return []
-    settings = EpisodeSettings(s.action_format, self.agent_params,
-                               s.max_prompt_tokens(self.agent_params))
-    return play_episodes(self.engine, self.pool, self.formatter, specs, settings, timings)
+    play = EpisodeSettings(s.action_format, self.agent_params,
+                           s.max_prompt_tokens(self.agent_params))
+    return play_episodes(self.engine, self.pool, self.formatter, specs, play, timings)
 
   def _record_play(self, episodes: list[Episode]) -> list[EnvReport]:
     """Adds the step's returns to each active environment's window; builds the reports."""
