@@ -190,11 +190,11 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
     if host_state:
       loop.load_state_dict(host_state)
       logger.load_state_dict(host_state.get("logger", {}))
-    print(f"self-play: starting at step {loop.step_index + 1} of {num_steps} "
+    print(f"self-play: starting at step {loop.steps_done + 1} of {num_steps} "
           f"(memory {len(loop.memory)} environments)", flush=True)
     record = None
-    while loop.step_index < num_steps:
-      record = loop.step(final=loop.step_index + 1 == num_steps)  # last: train pending designs
+    while loop.steps_done < num_steps:
+      record = loop.step(final=loop.steps_done + 1 == num_steps)  # last: train pending designs
       logger.observe(record)  # the windowed learnable share counts every step
       stop = stop_requests.reached(record.step)  # the same answer on every process
       if not record.train_metrics:  # no episode trainable and no designer sample came due
@@ -211,7 +211,7 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
         # update); the loop's own step is in the host state.
         trainer.maybe_save({**loop.state_dict(), "logger": logger.state_dict()},
                            force=record.step == num_steps or stop)
-      if stop and loop.step_index < num_steps:
+      if stop and loop.steps_done < num_steps:
         raise Preempted(stop_requests.notice, record.step,
                         f"{trainer.checkpoints.directory}/{trainer.updates}")
     return record

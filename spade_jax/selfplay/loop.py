@@ -86,21 +86,21 @@ class SelfPlayLoop:
     stops = tuple(tokenizer.stop_ids)
     self.designer_params = dataclasses.replace(config.designer_sampling, stop_token_ids=stops)
     self.agent_params = dataclasses.replace(config.agent_sampling, stop_token_ids=stops)
-    self.step_index = 0  # completed steps
+    self.steps_done = 0  # completed steps
     self.num_updates = 0  # trainer updates made (the designer's behaviour-policy age)
 
   # ----------------------------------------------------------------------- checkpoints
   def state_dict(self) -> dict[str, Any]:
     """JSON-ready host state: step, memory, curriculum window and corpus position."""
-    return {"step": self.step_index, "updates": self.num_updates,
+    return {"step": self.steps_done, "updates": self.num_updates,
             "memory": self.memory.state_dict(),
             "curriculum": self.schedule.state_dict(),
             "corpus": self.corpus.state_dict() if self.corpus is not None else None,
             "rlve": self.rlve.state_dict() if self.rlve is not None else None}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
-    self.step_index = int(state["step"])
-    self.num_updates = int(state.get("updates", self.step_index))
+    self.steps_done = int(state["step"])
+    self.num_updates = int(state.get("updates", self.steps_done))
     self.memory.load_state_dict(state["memory"])
     self.schedule.load_state_dict(state["curriculum"])
     if self.corpus is not None and state.get("corpus") is not None:
@@ -111,7 +111,7 @@ class SelfPlayLoop:
   # ------------------------------------------------------------------------- the step
   def step(self, final: bool = False) -> StepRecord:
     """Runs the next step; `final` (the run's last step) also trains the pending designs."""
-    t, s = self.step_index + 1, self.config
+    t, s = self.steps_done + 1, self.config
     timings = Timings()
     start = time.perf_counter()
     refresh = _Refresh([], [])
@@ -147,7 +147,7 @@ class SelfPlayLoop:
             self.num_updates - x.design.policy_version for x in targets) / len(targets)
       self.num_updates += 1
     self._update_memory(t)
-    self.step_index = t
+    self.steps_done = t
     times = {"generate_s": 0.0, "sandbox_s": 0.0, "train_s": 0.0, **timings.as_dict(),
              "step_s": time.perf_counter() - start}
     active = self.schedule.active
