@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import ast
 
+from spade_jax.sandbox import pyparse
+
 
 def _class_node(source: str) -> ast.ClassDef:
-  classes = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
+  classes = [n for n in pyparse.parse(source).body if isinstance(n, ast.ClassDef)]
   if len(classes) != 1:
     raise ValueError(f"expected exactly one top-level class in the source, found {len(classes)}")
   return classes[0]

@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Hashable
 
-from spade_jax.sandbox import coerce, contract
+from spade_jax.sandbox import coerce, contract, pyparse
 from spade_jax.sandbox.api import EnvStep
 
 CLASS_COUNT = "the source must define exactly one class"
@@ -60,7 +60,7 @@ def _find_class(source: str) -> tuple[str | None, str]:
   if len(source) > contract.MAX_SOURCE_CHARS:
     return None, f"source is {len(source)} characters > {contract.MAX_SOURCE_CHARS}"
   try:
-    tree = ast.parse(source, filename="<env>")
+    tree = pyparse.parse(source, filename="<env>")
   except SyntaxError as exc:
     return None, f"SyntaxError: {exc.msg}" + (f" (line {exc.lineno})" if exc.lineno else "")
   except (ValueError, MemoryError, RecursionError) as exc:  # null bytes, absurd nesting

@@ -23,7 +23,7 @@ import json
 import re
 from collections.abc import Sequence
 
-from spade_jax.sandbox import coerce, contract, episodes, guards, trial
+from spade_jax.sandbox import coerce, contract, episodes, guards, pyparse, trial
 from spade_jax.sandbox.api import ValidationResult
 
 FORBIDDEN_NAMES = frozenset({
@@ -60,7 +60,7 @@ def static_check(source: str) -> ValidationResult:
     line = int(found.group(1)) if found else None
     rule = "syntax" if why.startswith(("SyntaxError", "source cannot")) else "structure"
     return _fail(f"{rule}: {why}", line)
-  tree = ast.parse(source)
+  tree = pyparse.parse(source)
   for node in ast.walk(tree):
     if isinstance(node, ast.Import):
       names = [alias.name for alias in node.names]
@@ -104,7 +104,7 @@ class Rules:
 
 def defines_oracle(source: str) -> bool:
   """Whether the source's class defines oracle_actions (a source static_check accepted)."""
-  cls = next(n for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
+  cls = next(n for n in pyparse.parse(source).body if isinstance(n, ast.ClassDef))
   for node in cls.body:
     if isinstance(node, ast.FunctionDef) and node.name == "oracle_actions":
       return True

@@ -42,6 +42,7 @@ from collections.abc import Iterator, Sequence
 from spade_jax.envs import minigames
 from spade_jax.envs.difficulty import at_level, declared_levels
 from spade_jax.envs.library import GAME_CATEGORIES, HELDOUT_GAMES, SeedEnv, load_seed_library
+from spade_jax.sandbox import pyparse
 from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.starter import variant_tables as tables
@@ -63,7 +64,7 @@ def normalise_source(source: str) -> str:
   Text that does not parse is compared with its whitespace collapsed.
   """
   try:
-    tree = ast.parse(source)
+    tree = pyparse.parse(source)
   except (SyntaxError, ValueError):
     return " ".join(source.split())
   for node in ast.walk(tree):
@@ -85,7 +86,7 @@ def _edit(text: str, edits: tuple[tables.Edit, ...], where: str) -> str:
 
 
 def _class_name(source: str) -> str:
-  return next(n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef))
+  return next(n.name for n in pyparse.parse(source).body if isinstance(n, ast.ClassDef))
 
 
 def candidate(seed_env: SeedEnv, index: int, seed: int = 0, *, words: Sequence[str]

@@ -23,6 +23,8 @@ from bfcl_eval.constants.executable_backend_config import (
   MULTI_TURN_FUNC_DOC_FILE_MAPPING,
 )
 
+from spade_jax.sandbox import pyparse
+
 CATEGORIES = ("multi_turn_base", "multi_turn_miss_func", "multi_turn_miss_param",
               "multi_turn_long_context")
 REFUSED = "__refused_call__()"  # runs in place of a call that is not plain: an unknown name
@@ -63,7 +65,7 @@ def case_methods(case: dict) -> frozenset[str]:
 def is_plain_call(call: str, names: frozenset[str]) -> bool:
   """`name(literal, key=literal, ...)` with `name` a backend method."""
   try:
-    node = ast.parse(call.strip(), mode="eval").body
+    node = pyparse.parse(call.strip(), mode="eval").body
   except (SyntaxError, ValueError):
     return False
   if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
