@@ -33,8 +33,8 @@ from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
+from spade_jax.engine.capacity import largest_append
 from spade_jax.engine.config import EngineConfig
-from spade_jax.engine.slot_engine import largest_append
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
 from spade_jax.model.attention import KEY_BLOCK, QUERY_BLOCK

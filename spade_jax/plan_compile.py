@@ -22,6 +22,7 @@ from flax import nnx
 
 from spade_jax import tpu_aot
 from spade_jax.engine import slot_engine
+from spade_jax.engine.capacity import largest_append
 from spade_jax.engine.state import SlotParams, init_decode_state, state_shardings
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
@@ -137,8 +138,8 @@ def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[
   environments, at most a call's rows) in the largest prefill bucket, written into the
   slots."""
   graphdef, params, state, engine = _engine_inputs(experiment, cfg, mesh)
-  rows, t, length = slot_engine.largest_append(experiment.engine, experiment.selfplay.num_envs,
-                                               engine.batch_shards)
+  rows, t, length = largest_append(experiment.engine, experiment.selfplay.num_envs,
+                                   engine.batch_shards)
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
   arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
   sp = SlotParams.from_requests([], [], engine.max_stop_ids, rows)

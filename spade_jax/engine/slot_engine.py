@@ -34,6 +34,7 @@ from jax.sharding import NamedSharding
 
 from spade_jax.engine import sampling
 from spade_jax.engine.api import SamplingParams
+from spade_jax.engine.capacity import append_row_counts, buckets, cache_lengths
 from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.state import (
   DecodeState,
@@ -282,7 +283,7 @@ class SlotEngine:
     self.params = self.weights.abstract() if abstract else self.weights.load(params)
     # Decode windows (one compile each): slot counts and cache lengths; the full size last.
     full = max_cache_len + self.max_chunk
-    self.decode_widths = _buckets(decode_widths, num_slots,
+    self.decode_widths = buckets(decode_widths, num_slots,
                                   [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
     # ... and what an append's attention reads (one compile each): a window of the cache rows.
     self.decode_lengths, self.append_lengths = cache_lengths(full, decode_lengths,
@@ -437,56 +438,3 @@ class SlotEngine:
       state, tok, lp, valid = _generate(self.graphdef, params, state, padded,
                                         num_steps=self.decode_steps)
     return state, Block(*host_get((tok, lp, valid)) if read else (tok, lp, valid))
-
-
-def _geometric_lengths(full: int) -> list[int]:
-  """Default cache lengths: 2^k and 3 * 2^(k-1) from the smallest power of two >= full / 16
-  (and >= 64).
-
-  Attention reads the whole length, so a finer ladder reads fewer unused entries (at most
-  half as many as needed, with these) but compiles each call at more shapes; this one keeps
-  about eight lengths whatever the cache size, and runs bench/rollout.py faster than
-  (full/4, full/2, full).
-  """
-  low = max(64, 1 << max(full // 16 - 1, 0).bit_length())
-  return [n for k in range(low.bit_length() - 1, full.bit_length())
-          for n in (2 ** k, 3 * 2 ** k // 2) if low <= n < full]
-
-
-def cache_lengths(full: int, decode_lengths: Sequence[int] | None,
-                  append_lengths: Sequence[int] | None) -> tuple[tuple[int, ...], ...]:
-  """(decode lengths, append lengths): the cache lengths a decode block runs at and the
-  windows an append's attention reads, each ending at `full` (max_cache_len plus the largest
-  prefill bucket); None takes the defaults (appends read at the decode lengths)."""
-  decode = _buckets(decode_lengths, full, _geometric_lengths(full))
-  return decode, decode if append_lengths is None else _buckets(append_lengths, full, ())
-
-
-def append_row_counts(chunk: int, num_slots: int, batch_shards: int,
-                      prefill_tokens: int | None) -> tuple[int, ...]:
-  """Row counts a prefill call of `chunk`-token pieces is padded to. With `prefill_tokens`,
-  one: that many tokens' worth of rows (at most num_slots, at least one, rounded up to the
-  batch shards), so each bucket compiles once per append length and a call's size stays
-  bounded; else `row_buckets`."""
-  if prefill_tokens is None:
-    return row_buckets(num_slots, batch_shards)
-  rows = min(max(prefill_tokens // chunk, 1), num_slots)
-  return (-(-rows // batch_shards) * batch_shards,)
-
-
-def largest_append(engine: EngineConfig, prompts: int, batch_shards: int
-                   ) -> tuple[int, int, int]:
-  """(rows, chunk, read length) of a step's largest append: `prompts` prompts (one refresh's
-  designer prompts, at most one call's rows) in pieces of the largest prefill bucket, the
-  first piece of each; what `plan` counts and `plan --compile` compiles."""
-  chunk = max(engine.prefill_buckets)
-  counts = append_row_counts(chunk, engine.num_slots, batch_shards, engine.prefill_tokens)
-  _, lengths = cache_lengths(engine.max_cache_len + chunk, engine.decode_lengths,
-                             engine.append_lengths)
-  return pick_bucket(min(prompts, counts[-1]), counts), chunk, pick_bucket(chunk, lengths)
-
-
-def _buckets(given: Sequence[int] | None, full: int, default: Sequence[int]) -> tuple[int, ...]:
-  """Sorted capacity sizes below `full`, then `full` itself."""
-  sizes = default if given is None else given
-  return tuple(sorted({int(b) for b in sizes if 0 < b < full})) + (full,)
