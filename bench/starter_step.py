@@ -1,4 +1,4 @@
-"""Tokens/s of the starter build's supervised step (spade_jax/starter/lm_step.py), warm.
+"""Tokens/s of the starter build's supervised step (proj/starter/lm_step.py), warm.
 
   .venv/bin/python bench/starter_step.py [--preset starter] [--iters 3]
                                          [--precisions float32,bfloat16]
@@ -22,12 +22,12 @@ import jax
 import numpy as np
 from flax import nnx
 
+from proj.starter.batches import BucketPlan, WindowPlan
+from proj.starter.build import SIZES
+from proj.starter.lm_step import compile_lm_step
 from spade_jax.model import get_preset
 from spade_jax.model.testing import random_model
 from spade_jax.rl.optim import make_optimizer
-from spade_jax.starter.batches import BucketPlan, WindowPlan
-from spade_jax.starter.build import SIZES
-from spade_jax.starter.lm_step import compile_lm_step
 
 
 def _rate(cfg, plan, iters: int) -> tuple[float, float, float]:

@@ -30,9 +30,6 @@ from spade_jax.checks import ConfigError
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.config import EngineConfig
 from spade_jax.engine.conversation import SlotConversationEngine
-from spade_jax.envs import minigames
-from spade_jax.envs.library import load_seed_library
-from spade_jax.envs.vowels import VOWELS_HINT, VOWELS_SOURCE
 from spade_jax.eval.config import EvalConfig
 from spade_jax.eval.evaluate import SuiteRequest, evaluate
 from spade_jax.eval.generate import Generator
@@ -48,11 +45,10 @@ from spade_jax.preemption import Preempted, StopRequests
 from spade_jax.rl.trainer import Trainer
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.sandbox.split import LocalExchange, SplitPool
-from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import make_corpus
 from spade_jax.selfplay.loop import SelfPlayLoop
-from spade_jax.selfplay.memory import MemoryEntry
 from spade_jax.selfplay.record import StepRecord
+from spade_jax.selfplay.seed_envs import seed_entries
 from spade_jax.tokenizer import load_tokenizer
 
 
@@ -75,20 +71,6 @@ def build_model(policy: PolicyConfig, seed: int, mesh):
   # copy of the parameters).
   graphdef = nnx.split(nnx.eval_shape(lambda: Qwen3(cfg, rngs=nnx.Rngs(0))))[0]
   return nnx.merge(graphdef, nnx.state(model))
-
-
-def seed_entries(selfplay: SelfPlayConfig, split: str = "all") -> list[MemoryEntry]:
-  """The library memory starts from: the setting's seeds (of `split`), the vowels environment
-  or minigames."""
-  if selfplay.library == "minigames":
-    return [MemoryEntry(g.uid, g.source, g.hint, g.category, "seed", -1)
-            for g in minigames.library(selfplay.skills, min_size=selfplay.min_library_size)]
-  if selfplay.library == "vowels":
-    return [MemoryEntry(f"vowels/{skill}", VOWELS_SOURCE, VOWELS_HINT, skill, "seed", -1)
-            for skill in selfplay.skills]
-  return [MemoryEntry(f"seed/{s.name}", s.source, s.hint, s.category, "seed", -1)
-          for s in load_seed_library(kind=selfplay.setting, categories=selfplay.skills,
-                                     split=split)]
 
 
 def build_engine(engine: EngineConfig, policy, mesh) -> SlotConversationEngine:
@@ -172,7 +154,7 @@ def run(experiment: Experiment, workdir: str | os.PathLike, mesh=None) -> StepRe
                           mesh, workdir)
   host_state = trainer.restore()
   # From here on a SIGTERM / preemption notice stops the run at a step boundary.
-  stop_requests = StopRequests(start_step=int((host_state or {}).get("step", 0)))
+  stop_requests = StopRequests(start_step=int((host_state or {}).get("steps_done", 0)))
   engine = build_engine(experiment.engine, trainer.policy, mesh)
   engine.load_weights(trainer.params)
   corpus = make_corpus(experiment.corpus, shard=(0, 1)) if selfplay.use_corpus else None

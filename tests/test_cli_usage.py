@@ -1,5 +1,6 @@
-"""The package's, the launcher's and scripts/' argparse commands print their usage line as
-users type the command (`python -m spade_jax.x`, `python scripts/x.py`): argparse's default
+"""The package's, the launcher's, scripts/' and the projects' argparse commands print their
+usage line as users type the command (`python -m spade_jax.x`, `python scripts/x.py`,
+`python -m proj.x`, `python proj/x/scripts/y.py`): argparse's default
 is argv[0]'s file name, which under `python -m` is the module's file, not what was typed.
 (The absl commands, launch/tpu_run.py and spade_jax.plan, are tested with their --help.)"""
 
@@ -7,7 +8,8 @@ import ast
 import pathlib
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
-COMMAND_DIRS = ("spade_jax", "launch", "scripts")
+COMMAND_DIRS = ("spade_jax", "launch", "scripts", "proj")
+TYPED = ("python -m spade_jax.", "python scripts/", "python -m proj.", "python proj/")
 
 
 def _parser_progs() -> dict[str, str | None]:
@@ -26,7 +28,6 @@ def _parser_progs() -> dict[str, str | None]:
 
 def test_every_parser_names_its_command_as_typed():
   progs = _parser_progs()
-  assert any(where.startswith("scripts/") for where in progs)  # the scan sees them
-  untyped = {where: prog for where, prog in progs.items()
-             if not (prog or "").startswith(("python -m spade_jax.", "python scripts/"))}
+  assert any(where.startswith("proj/starter/scripts/") for where in progs)  # the scan sees them
+  untyped = {where: prog for where, prog in progs.items() if not (prog or "").startswith(TYPED)}
   assert untyped == {}

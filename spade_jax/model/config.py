@@ -215,20 +215,19 @@ PRESETS: dict[str, ModelConfig] = {
                             num_kv_heads=2, head_dim=16, intermediate_size=128, num_experts=4,
                             num_experts_per_tok=2, moe_intermediate_size=32,
                             mlp_only_layers=(0,), max_position_embeddings=4096),
-    # The starter policy (spade_jax/starter): sized for a 60-minute build on 2 CPU cores, its
-    # vocabulary the starter tokenizer's; 8192 positions hold a designer prompt and design.
-    "starter": ModelConfig(vocab_size=12_288, hidden_size=256, num_layers=6, num_heads=4,
-                           num_kv_heads=2, head_dim=64, intermediate_size=768,
-                           tie_word_embeddings=True, max_position_embeddings=8192),
-    # The starter pipeline's CI shape (`python -m spade_jax.starter build --size ci`).
-    "starter-ci": ModelConfig(vocab_size=4096, hidden_size=128, num_layers=4, num_heads=4,
-                              num_kv_heads=2, head_dim=32, intermediate_size=256,
-                              tie_word_embeddings=True, max_position_embeddings=8192),
     # CPU benchmark shape (~42M parameters).
     "bench-40m": ModelConfig(vocab_size=32_000, hidden_size=512, num_layers=8, num_heads=8,
                              num_kv_heads=4, head_dim=64, intermediate_size=1536,
                              tie_word_embeddings=True, max_position_embeddings=4096),
 }
+
+
+def register_preset(name: str, cfg: ModelConfig) -> None:
+  """Adds `cfg` as preset `name` (for `model.preset`), as a project beside the core does when
+  it is imported (proj/starter). Registering the same config again is a no-op; another config
+  under a taken name is refused."""
+  if PRESETS.setdefault(name, cfg) != cfg:
+    raise ValueError(f"model preset {name!r} is taken by another config")
 
 
 def get_preset(name: str, **overrides: Any) -> ModelConfig:

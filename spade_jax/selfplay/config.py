@@ -26,9 +26,9 @@ from spade_jax.selfplay.designer_advantage import DESIGNER_ADVANTAGES
 from spade_jax.selfplay.designer_rewards import get_designer_reward
 from spade_jax.selfplay.prompts import DESIGNER_PROMPTS, SETTINGS, designer_system_prompt
 from spade_jax.selfplay.replies import check_action_format
+from spade_jax.selfplay.seed_envs import get_library, library_names
 
 SETTING_CATEGORIES = {"games": GAME_CATEGORIES, "tool_use": TOOL_CATEGORIES}
-LIBRARIES = ("seeds", "vowels", "minigames")
 RENAMED_LIBRARIES = {"probe": "vowels"}  # an old value fails naming its new one (issue 27)
 FIXED_ENVS = ("", "grpo", "rlve")  # off; Fixed-env GRPO; Fixed-env RLVE (adaptive levels)
 # The config path of each field whose name differs from its place under config.selfplay.
@@ -71,9 +71,9 @@ class SelfPlayConfig:
   fixed_envs: str = ""
   fill_from_memory: bool = False  # top up a short valid set with memory replays
   train_agent_on_hint_arm: bool = False  # hinted episodes only measure regret
-  # The library memory starts from: "seeds" (the setting's seed environments), "vowels" (the
-  # dense-reward vowels environment in every skill, so a random model earns varied returns) or
-  # "minigames" (short generated games, envs/minigames.py: the starter policy's own library).
+  # The library memory starts from (selfplay/seed_envs.py): "seeds" (the setting's seed
+  # environments), "vowels" (the dense-reward vowels environment in every skill, so a random
+  # model earns varied returns) or one a project registers (proj/starter's "minigames").
   library: str = "seeds"
   memory_capacity: int = 512  # environments kept; eviction rule in selfplay/memory.py
   memory_sample_size: int = 4  # memory entries shown in each designer prompt
@@ -98,10 +98,11 @@ class SelfPlayConfig:
     require(self.categories_per_step <= len(self.skills), field_path("categories_per_step"),
             self.categories_per_step, f"<= len(selfplay.skills)={len(self.skills)}")
     renamed = RENAMED_LIBRARIES.get(self.library)
-    require(self.library in LIBRARIES, field_path("library"), self.library,
-            f"one of {LIBRARIES}" + (f" (renamed: use {renamed!r})" if renamed else ""))
-    require(self.library != "minigames" or self.setting == "games", field_path("library"),
-            self.library, 'a library of the setting ("minigames" are games)')
+    require(self.library in library_names(), field_path("library"), self.library,
+            f"one of {library_names()}" + (f" (renamed: use {renamed!r})" if renamed else ""))
+    settings = get_library(self.library).settings
+    require(self.setting in settings, field_path("library"), self.library,
+            f"a library of the setting {self.setting!r} (it holds {' and '.join(settings)})")
     require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
             f"one of {FIXED_ENVS}")
     require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),

@@ -17,8 +17,8 @@ A step t (numbered from 1, like the trainer's update count and the checkpoints):
   4. every played environment is upserted into the memory with its window's statistics.
 It returns a `StepRecord` for the metrics writer. All randomness is derived from
 (seed, step, purpose), so `state_dict()` (memory, curriculum, corpus position, step) is all
-a resumed run needs besides the trainer's own checkpoint; `state_dict()["step"]` is the
-number of completed steps, and the next `step()` runs step `state_dict()["step"] + 1`.
+a resumed run needs besides the trainer's own checkpoint; `state_dict()["steps_done"]` is the
+number of completed steps, and the next `step()` runs step `state_dict()["steps_done"] + 1`.
 """
 
 from __future__ import annotations
@@ -91,15 +91,16 @@ class SelfPlayLoop:
 
   # ----------------------------------------------------------------------- checkpoints
   def state_dict(self) -> dict[str, Any]:
-    """JSON-ready host state: step, memory, curriculum window and corpus position."""
-    return {"step": self.steps_done, "updates": self.num_updates,
+    """JSON-ready host state: steps done, memory, curriculum window and corpus position."""
+    return {"steps_done": self.steps_done, "updates": self.num_updates,
             "memory": self.memory.state_dict(),
             "curriculum": self.schedule.state_dict(),
             "corpus": self.corpus.state_dict() if self.corpus is not None else None,
             "rlve": self.rlve.state_dict() if self.rlve is not None else None}
 
   def load_state_dict(self, state: dict[str, Any]) -> None:
-    self.steps_done = int(state["step"])
+    # A checkpoint written before "steps_done" was named calls it "step".
+    self.steps_done = int(state["steps_done"] if "steps_done" in state else state["step"])
     self.num_updates = int(state.get("updates", self.steps_done))
     self.memory.load_state_dict(state["memory"])
     self.schedule.load_state_dict(state["curriculum"])

@@ -19,8 +19,9 @@ from spade_jax.selfplay.replies import action_format_example
 
 SETTINGS = ("games", "tool_use")
 # "full": role, reward, contract, scaffold and output format; "compact": role and output format
-# only, for a small model that learned the contract from examples (the starter policy, whose
-# memory sample shows a whole environment) and whose training pays for every prompt token.
+# only, for a small model that learned the contract from examples (proj/starter's policy, whose
+# memory sample shows a whole environment; the regret test's designer) and whose training pays
+# for every prompt token.
 DESIGNER_PROMPTS = ("full", "compact")
 MEMORY_SOURCE_CHARS = 1500  # each memory entry's source is cut to this in the designer prompt
 

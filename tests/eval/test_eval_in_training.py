@@ -10,9 +10,10 @@ from spade_jax.engine.fake import FakeEngine
 from spade_jax.envs.library import HELDOUT_GAMES
 from spade_jax.eval.config import EvalConfig
 from spade_jax.metrics.logger import StepLogger
-from spade_jax.run import run_evaluation, seed_entries
+from spade_jax.run import run_evaluation
 from spade_jax.sandbox.fake import FakePool
 from spade_jax.selfplay.config import SelfPlayConfig
+from spade_jax.selfplay.seed_envs import seed_entries
 from spade_jax.tokenizer import load_tiny
 
 

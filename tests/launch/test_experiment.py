@@ -23,7 +23,6 @@ from spade_jax.rl.config import RLConfig
 from spade_jax.sandbox.config import SandboxConfig
 from spade_jax.sandbox.pool import SandboxPool
 from spade_jax.selfplay.config import SelfPlayConfig
-from spade_jax.starter import variants
 
 
 def test_every_section_of_the_base_config_is_its_structs_defaults():
@@ -87,7 +86,6 @@ def test_engines_pools_and_command_lines_take_the_structs_defaults():
   assert (fake["num_slots"], fake["steps_per_poll"]) == (e.num_slots, e.decode_steps_per_poll)
   pool = _defaults(SandboxPool.__init__)
   assert {k: pool[k] for k in dataclasses.asdict(sb)} == dataclasses.asdict(sb)
-  assert _defaults(variants.build_env_set)["num_workers"] == sb.num_workers
   args = build_parser().parse_args(["run", "--checkpoint", "c", "--suite", "humaneval"])
   assert engine_sizes(args) == {"num_slots": e.num_slots, "max_cache_len": e.max_cache_len,
                                 "prefill_buckets": e.prefill_buckets}

@@ -147,7 +147,7 @@ def test_build_model_refuses_a_kernel_the_platform_lacks_before_building():
 
 
 def test_engine_capacities_default_to_none_and_take_tuples():
-  config, _, _ = _parse("--config=starter.py")  # smoke.py and the games configs set theirs
+  config, _, _ = _parse("--config=tool_use.py")  # smoke.py and the games configs set theirs
   assert config.engine.decode_widths is None and config.engine.decode_lengths is None
   config, _, _ = _parse("--config=smoke.py", "--config.engine.decode_lengths=(1024, 2048)")
   assert tuple(config.engine.decode_lengths) == (1024, 2048)
@@ -215,8 +215,7 @@ def test_unknown_config_module_lists_available():
     _parse("--config=nope.py")
 
 
-@pytest.mark.parametrize("name", ["smoke", "games", "tool_use", "games_lora", "games_8b",
-                                  "starter", "starter_ci"])
+@pytest.mark.parametrize("name", ["smoke", "games", "tool_use", "games_lora", "games_8b"])
 def test_shipped_configs_validate(name, tmp_path):
   config, _, _ = _parse(f"--config={name}")
   if config.model.checkpoint:  # the TPU configs point at a checkpoint dir on the TPU VM

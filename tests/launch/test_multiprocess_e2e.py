@@ -246,7 +246,7 @@ def test_sigterm_to_one_process_stops_both_after_the_same_step_saved(runs):
                      ], (i, out[-2000:])
     assert "Traceback" not in err, err[-3000:]
   # What it saved is the uninterrupted run's step 2 (the fallback test compares every bit).
-  assert _meta(f"{bucket}/resumed", 2)["host_state"]["step"] == 2
+  assert _meta(f"{bucket}/resumed", 2)["host_state"]["steps_done"] == 2
 
 
 def test_a_killed_process_stops_the_other_within_120_s_naming_it(runs):

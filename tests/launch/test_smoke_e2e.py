@@ -146,7 +146,7 @@ def test_every_stage_runs_for_real(smoke_runs):
 def test_checkpoint_and_log(smoke_runs):
   first = smoke_runs[0]
   step, host_state = first["checkpoint"]
-  assert step == 2 and host_state["step"] == 2 and host_state["updates"] == 2
+  assert step == 2 and host_state["steps_done"] == 2 and host_state["updates"] == 2
   # Step 2 was the launch's last: the window's designs (due at 5) were closed, not left over.
   assert host_state["curriculum"]["pending"] == []
   assert first["local"] == []  # everything went to the bucket, the compilation cache too
@@ -191,7 +191,7 @@ def test_sigterm_saves_the_finished_step_and_the_relaunch_goes_on_at_the_next(sm
                    " the same command resumes at step 2"], proc.stdout[-2000:]
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert workers and not [pid for pid in workers if running(pid)], workers  # none left
-  assert _latest_host_state(workdir)[1]["step"] >= 1
+  assert _latest_host_state(workdir)[1]["steps_done"] >= 1
   assert "starting at step 2 of 2" in tool_use["resumed"].stdout
 
 

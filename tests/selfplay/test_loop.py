@@ -131,13 +131,16 @@ def test_resume_from_state_dict_continues_exactly():
   first, _ = make_loop(fill_from_memory=True)
   run(first, 3)
   state = json.loads(json.dumps(first.state_dict()))
-  assert state["step"] == 3 and len(state["curriculum"]["pending"]) == 2
+  assert state["steps_done"] == 3 and len(state["curriculum"]["pending"]) == 2
   resumed, policy = make_loop(fill_from_memory=True)
   resumed.load_state_dict(state)
   got = run(resumed, 2)  # step 4 mid-window, step 5 refreshes and trains refresh 3's designs
   assert [r.step for r in got] == [4, 5] and {c[1] for c in policy.designer_calls} == {5}
   strip = lambda r: {**r.to_dict(), "timings": None}
   assert [strip(r) for r in got] == [strip(r) for r in expected[3:]]
+  older, _ = make_loop(fill_from_memory=True)  # a checkpoint that names the count "step"
+  older.load_state_dict({("step" if k == "steps_done" else k): v for k, v in state.items()})
+  assert older.steps_done == 3 and run(older, 1)[0].step == 4
   assert resumed.state_dict() == straight.state_dict()
   for a, b in zip(resumed.trainer.batches, straight.trainer.batches[3:], strict=True):
     assert (a.tokens == b.tokens).all() and (a.rewards == b.rewards).all()

@@ -1,0 +1,79 @@
+"""Minigames: short template games that the real validator passes with every guard."""
+
+import collections
+import dataclasses
+import itertools
+
+import pytest
+
+from proj.starter import minigames, variants
+from spade_jax.envs.library import GAME_CATEGORIES
+from spade_jax.sandbox.pool import SandboxPool
+from spade_jax.selfplay.config import SelfPlayConfig
+from spade_jax.selfplay.seed_envs import seed_entries
+
+
+@pytest.fixture(scope="module")
+def candidates():
+  return list(itertools.islice(variants.minigame_candidates(0), 360))
+
+
+def test_360_distinct_candidates_over_the_six_categories(candidates):
+  keys = {variants.normalise_source(g.source) for g in candidates}
+  assert len(keys) == len(candidates) == 360
+  per_category = collections.Counter(g.category for g in candidates)
+  assert set(per_category) == set(GAME_CATEGORIES) and min(per_category.values()) >= 50
+  library = {variants.normalise_source(g.source) for g in minigames.library()}
+  assert not library & keys  # the loop's first memory is not in the training set
+
+
+def _all_valid(games) -> None:
+  pool = SandboxPool(num_workers=2, require_oracle=True)
+  try:
+    results = pool.validate([g.source for g in games])
+  finally:
+    pool.close()
+  rejected = [(g.uid, r.reason) for g, r in zip(games, results, strict=True) if not r.valid]
+  assert not rejected, rejected[:5]
+
+
+@pytest.mark.slow  # 360 sources through the host-driven validator (`make test-slow`)
+def test_every_candidate_passes_the_validator_with_every_guard(candidates):
+  _all_valid(candidates + list(minigames.library()))
+
+
+def test_the_first_candidates_of_each_category_pass_the_validator(candidates):
+  """`make test`'s share of the test above: five candidates a category and the library."""
+  firsts = [g for category in GAME_CATEGORIES
+            for g in [c for c in candidates if c.category == category][:5]]
+  _all_valid(firsts + list(minigames.library()))
+
+
+def test_minigames_are_deterministic_and_differ_by_index_and_seed():
+  assert minigames.minigame("walk", 3) == minigames.minigame("walk", 3)
+  assert minigames.minigame("walk", 3).uid == "mg0/walk/3"
+  sources = {minigames.minigame("quiz", i).source for i in range(20)}
+  assert len(sources) > 10
+  assert minigames.minigame("quiz", 0, seed=1).source != minigames.minigame("quiz", 0).source
+  with pytest.raises(ValueError, match="family 'chess'"):
+    minigames.minigame("chess", 0)
+
+
+def test_the_library_setting_fills_the_memory_with_minigames_of_the_skills():
+  selfplay = SelfPlayConfig(library="minigames", skills=("planning", "probing"),
+                            categories_per_step=2)
+  entries = seed_entries(selfplay)
+  assert {e.category for e in entries} == {"planning", "probing"} and len(entries) == 4
+  assert all(e.uid.startswith("mg1/") and "def oracle_actions" in e.source for e in entries)
+  with pytest.raises(ValueError, match="selfplay.library"):
+    SelfPlayConfig(setting="tool_use", library="minigames",
+                   skills=("lookup", "transaction"), categories_per_step=2)
+
+
+def test_a_fixed_env_baseline_library_holds_a_step_of_distinct_minigames():
+  """Fixed-env GRPO plays num_envs library games a step, as many as SPADE plays designs."""
+  spade = SelfPlayConfig(library="minigames", skills=("deduction",), categories_per_step=1,
+                         num_envs=6)
+  assert len(seed_entries(spade)) == 2  # SPADE's memory starts from two of the family
+  grpo = seed_entries(dataclasses.replace(spade, fixed_envs="grpo"))
+  assert len(grpo) == 6 and len({e.source for e in grpo}) == 6
