@@ -1,7 +1,4 @@
 """The starter policy: a small Qwen3 built offline from package data, and the miniature loop
-that starts from it (`python -m proj.starter`). Importing the package registers its model
-presets and its "minigames" memory library with the core (registry.py)."""
-
-from proj.starter import registry
-
-registry.register()
+that starts from it (`python -m proj.starter`). Its model presets and "minigames" memory
+library are registered with the core by importing `proj.starter.registry` (its configs and
+its build do), so the plain-Python modules (variants, minigames) stay free of jax."""

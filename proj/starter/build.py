@@ -27,14 +27,14 @@ from typing import Any
 
 import numpy as np
 
-from proj.starter import copy_circuit, pretrain_text, sft_data, tokenizer_train, variants
+from proj.starter import copy_circuit, pretrain_text, registry, sft_data, tokenizer_train, variants
 from proj.starter.batches import BucketPlan, WindowPlan
 from proj.starter.copy_test import repeat_test
 from proj.starter.lm_step import batch_multiple
 from proj.starter.train_stage import StageSettings, train
 from spade_jax import config_schema, run
 from spade_jax.experiment import Experiment
-from spade_jax.model import from_pretrained, get_preset, make_mesh, save_pretrained
+from spade_jax.model import from_pretrained, make_mesh, save_pretrained
 from spade_jax.model.config import resolve_compute_dtype
 from spade_jax.model.testing import random_model
 from spade_jax.tokenizer import load_tokenizer
@@ -131,8 +131,8 @@ class Build:
     self.selfplay = self.experiment.selfplay
     self.progress, self.seed = progress, seed
     self.deadline = None if minutes is None else time.time() + 60 * minutes
-    self.cfg = get_preset(self.size.preset,
-                          compute_dtype=resolve_compute_dtype(self.size.compute_dtype))
+    self.cfg = registry.PRESETS[self.size.preset].replace(
+        compute_dtype=resolve_compute_dtype(self.size.compute_dtype))
 
   def run(self) -> dict[str, Any]:
     self.stages.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """What the starter adds to the core: its two model presets and its memory library.
 
-`register()` runs when `proj.starter` is imported (its configs import it), so
+Importing this module registers them (its configs and its build import it), so
 `model.preset = "starter"` and `selfplay.library = "minigames"` resolve in any process that
 loads a starter config.
 """
@@ -40,3 +40,6 @@ def register() -> None:
   for name, cfg in PRESETS.items():
     register_preset(name, cfg)
   register_library("minigames", MINIGAMES)
+
+
+register()

@@ -35,7 +35,7 @@ import pathlib
 
 from ml_collections import ConfigDict
 
-import proj.starter  # noqa: F401 - registers the "starter" presets and the minigames library
+import proj.starter.registry  # noqa: F401 - the "starter" presets and the minigames library
 from spade_jax.config_schema import base_config
 
 # The build's --out: a Hugging Face directory with the model and its tokenizer.

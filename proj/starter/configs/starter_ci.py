@@ -1,7 +1,8 @@
 r"""The starter setting cut to one skill for CI: a starter built in minutes that writes valid
 designs, and two loop steps from it (proj/starter/tests/test_build.py).
 
-    python -m proj.starter build --out runs/starter_ci --size ci --config starter_ci
+    python -m proj.starter build --out runs/starter_ci --size ci \
+        --config proj/starter/configs/starter_ci.py
     python launch/tpu_run.py --config proj/starter/configs/starter_ci.py \
         --workdir runs/starter_ci_loop \
         --config.model.checkpoint=runs/starter_ci --config.tokenizer=runs/starter_ci

@@ -2,8 +2,7 @@
 
 import pytest
 
-from proj.starter import build, pretrain_text, tokenizer_train, variants
-from spade_jax.model import get_preset
+from proj.starter import build, pretrain_text, registry, tokenizer_train, variants
 from spade_jax.tokenizer import load_tokenizer
 
 
@@ -12,7 +11,7 @@ def bpe(tmp_path_factory):
   """The tokenizer a `--size ci` build trains."""
   size = build.SIZES["ci"]
   tok = tokenizer_train.train(pretrain_text.documents(size.tokenizer_chars),
-                              get_preset(size.preset).vocab_size)
+                              registry.PRESETS[size.preset].vocab_size)
   return load_tokenizer(tokenizer_train.save(tok, tmp_path_factory.mktemp("bpe")))
 
 

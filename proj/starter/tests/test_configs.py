@@ -33,7 +33,7 @@ def test_a_fresh_launcher_process_resolves_what_the_config_registers(tmp_path):
       import sys
       from launch import tpu_run
       from spade_jax import config_schema
-      assert "proj.starter" not in sys.modules
+      assert "proj.starter.registry" not in sys.modules
       config, _, _ = tpu_run.parse_args(["tpu_run.py", "--config={build.config_path('starter_ci')}",
                                          "--config.model.checkpoint={tmp_path}",
                                          "--config.tokenizer={tmp_path}"])

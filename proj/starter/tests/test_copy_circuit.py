@@ -5,9 +5,9 @@ Hugging Face round trip."""
 import numpy as np
 import pytest
 
-from proj.starter import copy_circuit
+from proj.starter import copy_circuit, registry
 from proj.starter.copy_test import repeat_test
-from spade_jax.model import from_pretrained, get_preset, save_pretrained
+from spade_jax.model import from_pretrained, save_pretrained
 from spade_jax.model.layers import apply_rope, rope_cos_sin
 from spade_jax.model.testing import random_model
 
@@ -16,7 +16,7 @@ FIRST_ID = 20  # past the control tokens
 
 @pytest.fixture(scope="module")
 def cfg():
-  return get_preset("starter", compute_dtype="float32")
+  return registry.PRESETS["starter"].replace(compute_dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -76,13 +76,14 @@ def test_the_wired_model_saves_and_loads_as_a_plain_qwen3(tmp_path, wired):
     (dict(num_layers=1), "num_layers=1 < 2"),
 ])
 def test_a_shape_it_cannot_wire_is_one_clear_error(change, says):
-  model = random_model(get_preset("starter-ci", compute_dtype="float32", **change), seed=0)
+  cfg = registry.PRESETS["starter-ci"].replace(compute_dtype="float32", **change)
+  model = random_model(cfg, seed=0)
   with pytest.raises(ValueError, match=says) as err:
     copy_circuit.install(model)
   assert "\n" not in str(err.value)
 
 
 def test_too_many_frequency_pairs_is_one_clear_error():
-  model = random_model(get_preset("starter-ci", compute_dtype="float32"), seed=0)
+  model = random_model(registry.PRESETS["starter-ci"].replace(compute_dtype="float32"), seed=0)
   with pytest.raises(ValueError, match=r"match_pairs=17 outside \[1, head_dim/2=16\]"):
     copy_circuit.install(model, settings=copy_circuit.CircuitSettings(match_pairs=17))

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
+from proj.starter import registry
 from proj.starter.copy_test import repeat_test
-from spade_jax.model import get_preset
 from spade_jax.model.testing import random_model
 
 
@@ -28,7 +28,7 @@ def _copier(cfg):
 
 
 def test_a_random_model_scores_both_copies_alike_and_a_copier_does_not():
-  cfg = get_preset("starter-ci", compute_dtype="float32")
+  cfg = registry.PRESETS["starter-ci"].replace(compute_dtype="float32")
   plain = repeat_test(random_model(cfg, seed=0), 20)
   assert plain["repeat_top1"] == 0.0
   assert plain["first_nll"] == pytest.approx(plain["repeat_nll"], abs=0.05)
@@ -39,6 +39,6 @@ def test_a_random_model_scores_both_copies_alike_and_a_copier_does_not():
 
 
 def test_first_id_outside_the_vocabulary_is_one_clear_error():
-  model = random_model(get_preset("starter-ci", compute_dtype="float32"), seed=0)
+  model = random_model(registry.PRESETS["starter-ci"].replace(compute_dtype="float32"), seed=0)
   with pytest.raises(ValueError, match=r"first_id=4096 outside the vocabulary \[0, 4096\)"):
     repeat_test(model, 4096)

@@ -14,7 +14,7 @@ _SPEC = importlib.util.spec_from_file_location("learning_runs", _PATH)
 runs = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(runs)
 
-SMOKE = str(pathlib.Path(__file__).resolve().parents[2] / "configs" / "smoke.py")
+SMOKE = str(pathlib.Path(__file__).resolve().parents[3] / "configs" / "smoke.py")
 
 
 class FakeLauncher:

@@ -5,16 +5,17 @@ import jax
 import numpy as np
 from flax import nnx
 
+from proj.starter import registry
 from proj.starter.batches import BucketPlan, WindowPlan
 from proj.starter.lm_step import batch_multiple, compile_lm_step
 from proj.starter.train_stage import StageSettings
-from spade_jax.model import get_preset, make_mesh
+from spade_jax.model import make_mesh
 from spade_jax.model.sharding import state_shardings
 from spade_jax.model.testing import random_model
 from spade_jax.rl.optim import make_optimizer
 
 TOL = 1e-5
-CFG = get_preset("starter-ci", vocab_size=128, num_layers=1)
+CFG = registry.PRESETS["starter-ci"].replace(vocab_size=128, num_layers=1)
 
 
 def _examples(rng, n):
