@@ -18,10 +18,11 @@ import pytest
 import torch
 import transformers
 
+from proj.starter.build import config_path
 from spade_jax.model import from_pretrained
 from spade_jax.tokenizer import load_tokenizer
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[3]
 # A build and a loop at their real size (`make test-slow`); each fixture runs for minutes,
 # longer beside the other slow files.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -154,7 +155,8 @@ def ci_loop(ci_build, tmp_path_factory):
   scalars)."""
   out, env, _, _ = ci_build
   workdir = tmp_path_factory.mktemp("ci_loop") / "run"
-  cmd = [sys.executable, str(REPO / "launch" / "tpu_run.py"), "--config", "starter_ci.py",
+  cmd = [sys.executable, str(REPO / "launch" / "tpu_run.py"), "--config",
+         config_path("starter_ci"),
          "--workdir", str(workdir), f"--config.model.checkpoint={out}",
          f"--config.tokenizer={out}"]
   done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
