@@ -28,10 +28,10 @@ smoke: $(VENV)/.runtime-installed
 # Files go out in collection order, not xdist's most-tests-first: conftest.py puts the
 # pipeline-sized ones first.
 # `make test` leaves out the tests marked `slow`: whole pipelines at their real size (the
-# starter build and its loop, the two-process run, the plan against TPU compiles (but one),
-# the regret test's mutations, every minigame candidate validated, the Colab notebook's launch,
-# the TPU sizing of bench/accelerator.py), which `make test-slow` runs and bench/RESULTS.md
-# records.
+# starter build and its loop, the two-process run, the plan against TPU compiles, `plan
+# --compile` end to end, an 8-layer TPU train step, the regret test's mutations, every minigame
+# candidate validated, the Colab notebook's launch, the TPU sizing of bench/accelerator.py),
+# which `make test-slow` runs and bench/RESULTS.md records.
 PYTEST := $(BIN)/python -m pytest tests proj -q -p no:cacheprovider -n 3 --dist loadfile \
 	  --no-loadscope-reorder --durations=20
 test: $(VENV)/.test-installed

@@ -85,11 +85,10 @@ def engine_plan_and_compiled(config: str, topology: str, monkeypatch):
           for name, r in reports.items()}, plan
 
 
+@pytest.mark.slow  # two TPU compiles a case; `make test` keeps tests/test_plan.py's CPU ones
 @pytest.mark.parametrize(("config", "topology"), [
-    ("games_lora.py", "v5p-8"),  # `make test` runs this one; `make test-slow` the others
-    pytest.param("games_8b.py", "v5p-8", marks=pytest.mark.slow),
-    pytest.param("games_8b.py", "v5e-8", marks=pytest.mark.slow),
-    pytest.param("games_lora.py", "v5e-8", marks=pytest.mark.slow)])
+    ("games_lora.py", "v5p-8"), ("games_8b.py", "v5p-8"), ("games_8b.py", "v5e-8"),
+    ("games_lora.py", "v5e-8")])
 def test_plan_follows_the_engine_programs(config, topology, monkeypatch):
   found, plan = engine_plan_and_compiled(config, topology, monkeypatch)
   for name, (planned, compiled, arguments) in found.items():

@@ -97,6 +97,7 @@ def test_the_train_step_gathers_no_vocabulary_table_in_a_loop():
 _DOT = re.compile(r"= \S+ (dot|convolution)\(")
 
 
+@pytest.mark.slow  # an 8-layer TPU compile; tests/model/test_scan_layers.py checks the scan on CPU
 def test_the_train_step_runs_its_layers_in_one_loop():
   """The decoder layers compile as one loop: unrolled layers repeat every layer's body in the
   HLO (about four times the dots at four times the depth, and as much more compile time);
@@ -184,6 +185,7 @@ def test_every_chip_gets_the_whole_block_and_first_tokens_of_a_split_state():
   assert append[-2:] == [f"s32[{rows}]", f"f32[{rows}]"], append
 
 
+@pytest.mark.slow  # four TPU compiles in a subprocess; `make test` compiles each in-process
 def test_plan_compile_runs_end_to_end_and_ends_in_one_json_line(tmp_path):
   env = dict(os.environ, ALLOW_MULTIPLE_LIBTPU_LOAD="1")
   env.pop("JAX_PLATFORMS", None)  # the command keeps the CPU itself on a host without chips
