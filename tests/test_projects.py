@@ -17,10 +17,12 @@ def test_the_core_never_imports_a_project():
   assert not found, found
 
 
-def test_the_core_alone_has_no_starter_preset_or_library():
+def test_the_core_alone_has_no_starter_preset_library_or_suite():
   code = ("from spade_jax.model.config import PRESETS\n"
           "from spade_jax.selfplay.seed_envs import library_names\n"
-          "print(sorted(n for n in PRESETS if 'starter' in n), library_names())")
+          "from spade_jax.eval.suites import SUITES\n"
+          "print(sorted(n for n in [*PRESETS, *SUITES] if 'starter' in n or 'minigame' in n),"
+          " library_names())")
   done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                         check=True)
   assert done.stdout.strip() == "[] ('seeds', 'vowels')"

@@ -1,13 +1,16 @@
-"""What the starter adds to the core: its two model presets and its memory library.
+"""What the starter adds to the core: its two model presets, its memory library and its two
+held-out evaluation suites (heldout.py).
 
 Importing this module registers them (its configs and its build import it), so
-`model.preset = "starter"` and `selfplay.library = "minigames"` resolve in any process that
+`model.preset = "starter"`, `selfplay.library = "minigames"` and
+`eval.suites = ("minigames_heldout",)` resolve in any process that
 loads a starter config.
 """
 
 from __future__ import annotations
 
 from proj.starter import minigames
+from spade_jax.eval.suites import register_suite
 from spade_jax.model.config import ModelConfig, register_preset
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.memory import MemoryEntry
@@ -36,10 +39,22 @@ def _minigame_entries(selfplay: SelfPlayConfig, split: str) -> list[MemoryEntry]
 MINIGAMES = SeedLibrary(_minigame_entries, settings=("games",))
 
 
+def _heldout_suite(data):
+  from proj.starter.heldout import MinigamesHeldout
+  return MinigamesHeldout("minigames_heldout")
+
+
+def _final_suite(data):
+  from proj.starter.heldout import MinigamesHeldout
+  return MinigamesHeldout("minigames_final")
+
+
 def register() -> None:
   for name, cfg in PRESETS.items():
     register_preset(name, cfg)
   register_library("minigames", MINIGAMES)
+  register_suite("minigames_heldout", _heldout_suite)
+  register_suite("minigames_final", _final_suite)
 
 
 register()

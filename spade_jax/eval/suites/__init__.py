@@ -1,7 +1,9 @@
 """The suite registry: name -> factory(data path or None) -> Suite.
 
 Offline suites carry their data (installed packages, the seed library); the loaders of
-benchmarks whose data users bring need `data` (a file path; `--data NAME=PATH`).
+benchmarks whose data users bring need `data` (a file path; `--data NAME=PATH`). A project
+beside the core adds its own with `register_suite` when it is imported (proj/starter's
+held-out minigames).
 """
 
 from __future__ import annotations
@@ -68,6 +70,13 @@ SUITES: dict[str, Callable[[str | None], Suite]] = {
     "acebench": _acebench,
 }
 OFFLINE = ("reasoning_gym", "humaneval", "seed_games_heldout", "bfcl_v4_multi_turn")
+
+
+def register_suite(name: str, factory: Callable[[str | None], Suite]) -> None:
+  """Adds `factory` as suite `name`. The same factory again is a no-op; another under a taken
+  name is refused."""
+  if SUITES.setdefault(name, factory) is not factory:
+    raise ValueError(f"suite {name!r} is taken by another factory")
 
 
 def get_suite(name: str, data: str | None = None) -> Suite:

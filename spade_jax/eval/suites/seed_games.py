@@ -1,8 +1,10 @@
-"""Held-out seed games: the closest in-domain check of the agent, with and without the hint.
+"""Held-out games played with and without their hint: the closest in-domain check of the
+agent. `HeldoutGames` is any such suite (its `games()` and reset seeds); `SeedGamesHeldout`
+is the seed library's.
 
 Data: the seed library's held-out split (`envs.library.HELDOUT_GAMES`, one game per skill
 category), which training leaves out of the memory and the replays when
-config.eval.hold_out_seed_games is on. Items are (game, reset seed) for `RESET_SEEDS`; ids
+config.eval.hold_out_seed_games is on. Items are (game, reset seed) for `reset_seeds`; ids
 "<game>/<seed>". `play` runs the agent exactly as self-play does (selfplay.episodes:
 same prompts, action format, turn rules) in the sandbox pool, `samples` episodes per arm.
 A response is one episode: {"arm": "no_hint" | "hint", "replies": [assistant texts]}
@@ -15,7 +17,8 @@ the gap (hint - no hint).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from spade_jax.envs.library import load_seed_library
 from spade_jax.eval import stats
@@ -30,16 +33,25 @@ ARMS = ("no_hint", "hint")
 MAX_TURNS = 32  # the environments' own max_turns end them earlier
 
 
-class SeedGamesHeldout(Suite):
-  name = "seed_games_heldout"
+class Game(Protocol):
+  source: str
+  hint: str
+
+
+class HeldoutGames(Suite):
+  """Games by name (`games()`), each played from every reset seed in both arms."""
+
   metric = "return"
   sampling = Sampling(max_new_tokens=1024, temperature=1.0, top_p=1.0)
   needs_pool = True
+  reset_seeds: tuple[int, ...] = RESET_SEEDS
+
+  def games(self) -> Mapping[str, Game]:
+    raise NotImplementedError
 
   def items(self, limit: int | None = None) -> list[Item]:
-    games = load_seed_library(kind="games", split="heldout")
-    out = [Item(f"{g.name}/{seed}", (), {"game": g.name, "seed": seed})
-           for seed in RESET_SEEDS for g in games]
+    out = [Item(f"{name}/{seed}", (), {"game": name, "seed": seed})
+           for seed in self.reset_seeds for name in self.games()]
     return out[:limit]
 
   def check_prediction(self, item: Item, value) -> list:
@@ -52,13 +64,13 @@ class SeedGamesHeldout(Suite):
     return value
 
   def play(self, items, generator, samples, pool=None) -> list[list[dict]]:
-    games = {g.name: g for g in load_seed_library(kind="games", split="heldout")}
+    games = self.games()
     specs = []
     for i, item in enumerate(items):
       game = games[item.reference["game"]]
       for arm in ARMS:
         for j in range(samples):
-          specs.append(EpisodeSpec((i, arm, j), game.name, arm, game.source,
+          specs.append(EpisodeSpec((i, arm, j), item.reference["game"], arm, game.source,
                                    game.hint if arm == "hint" else None,
                                    item.reference["seed"],
                                    generator.params.seed + 7919 * len(specs), MAX_TURNS))
@@ -76,7 +88,7 @@ class SeedGamesHeldout(Suite):
     return out
 
   def score(self, items: Sequence[Item], responses, pool=None) -> list[ItemRecord]:
-    games = {g.name: g for g in load_seed_library(kind="games", split="heldout")}
+    games = self.games()
     episodes = [(i, k, ep) for i, eps in enumerate(responses) for k, ep in enumerate(eps)]
     returns = replay(pool, [(games[items[i].reference["game"]].source,
                              items[i].reference["seed"], ep["replies"]) for i, _, ep in episodes])
@@ -104,8 +116,20 @@ class SeedGamesHeldout(Suite):
     return summary
 
 
+class SeedGamesHeldout(HeldoutGames):
+  name = "seed_games_heldout"
+
+  def games(self) -> dict[str, Game]:
+    return {g.name: g for g in load_seed_library(kind="games", split="heldout")}
+
+
+def arm_scores(record: ItemRecord, arm: str) -> list[float | None]:
+  """The returns of a record's episodes in `arm` (None: unscored)."""
+  return [s for s, a in zip(record.scores, record.details, strict=True) if a == arm]
+
+
 def _arm_mean(record: ItemRecord, arm: str) -> float | None:
-  values = [s for s, a in zip(record.scores, record.details, strict=True) if a == arm]
+  values = arm_scores(record, arm)
   return sum(values) / len(values) if values and None not in values else None
 
 
