@@ -44,7 +44,7 @@ def test_run_writes_records_and_summary(tmp_path, capsys):
   out = tmp_path / "run" / "eval.jsonl"
   cli.main(["run", "--checkpoint", str(ckpt), "--suite", "humaneval,seed_games_heldout",
             "--limit", "1", "--samples", "1", "--max-new-tokens", "4", "--num-slots", "4",
-            "--max-cache-len", "2048", "--prefill-buckets", "1024", "--out", str(out),
+            "--max-cache-len", "1024", "--prefill-buckets", "512", "--out", str(out),
             "--quiet"])
   lines = [json.loads(x) for x in out.read_text().splitlines()]
   assert [x["suite"] for x in lines] == ["humaneval", "seed_games_heldout"]
