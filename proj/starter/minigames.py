@@ -1,13 +1,15 @@
 """Minigames: short environments of the six game categories, generated from templates.
 
-A seed game is about a thousand tokens; a model small enough to train on a CPU cannot write
-one token-perfect. A minigame is one of six templates (one a category) of 25-40 lines with
-knobs: class name, ranges, counts, turn slack, reward shaping and wording. Every choice is
-drawn from `random.Random(f"{seed}/{family}/{index}")`, so `minigame(family, index)` is
-deterministic. They are the starter policy's design targets and its loop's first memory
-(`selfplay.library = "minigames"`), where a designer that edits the one in its prompt
-writes a new, valid one. Each obeys the environment contract and has `oracle_actions()`;
-the starter's env set keeps only those the validator passes with every guard.
+A seed game is about a thousand tokens; a model small enough to train on a CPU cannot write one
+token-perfect. A minigame is one of seven templates (one a category, two for probing) of 25-40
+lines with knobs: class name, ranges, counts, turn slack, reward shaping and wording. Every
+choice is drawn from `random.Random(f"{seed}/{family}/{index}")`, so `minigame(family, index)`
+is deterministic. They are the starter policy's design targets and its loop's first memory
+(`selfplay.library = "minigames"`), where a designer that edits the one in its prompt writes a
+new, valid one. Each obeys the environment contract and has `oracle_actions()`; the starter's
+env set keeps only those the validator passes with every guard. The peek family's hint either
+carries its strategy (probe, then answer the word shown) or only restates the rule, so a
+design's regret depends on its hint.
 
 Plain Python: this module never imports jax or the model.
 """
@@ -237,6 +239,37 @@ class $name:
 ''')
 
 
+_PEEK = string.Template('''\
+import random
+
+
+class $name:
+  """$doc"""
+
+  max_turns = $turns
+  WORDS = $words
+
+  def reset(self, seed=None):
+    rng = random.Random(seed)
+    self.word = rng.choice(self.WORDS)
+    listed = ", ".join(self.WORDS)
+    return f"$intro Reply $probe, or answer W with W one of: {listed}.", {}
+
+  def step(self, action):
+    text = str(action).strip().lower()
+    if text == "$probe":
+      return f"$reveal {self.word}", 0.0, False, False, {}
+    if text.startswith("answer "):
+      if text[len("answer "):].strip() == self.word:
+        return "$right", 1.0, True, False, {}
+      return "$wrong", 0.0, True, False, {}
+    return "Reply $probe or answer W.", 0.0, False, False, {}
+
+  def oracle_actions(self):
+    return ["$probe", f"answer {self.word}"]
+''')
+
+
 def _quiz(rng: random.Random) -> tuple[dict, str]:
   op = rng.choice(["+", "-", "*"])
   lo = rng.choice([1, 2, 3, 5, 10])
@@ -344,6 +377,35 @@ def _walk(rng: random.Random) -> tuple[dict, str]:
   return knobs, hint
 
 
+# The peek family's words (single common words, so a small tokenizer keeps each whole).
+PEEK_WORDS = ("apple", "river", "stone", "cloud", "maple", "tiger", "lemon", "piano", "honey",
+              "ocean")
+
+
+def _peek(rng: random.Random) -> tuple[dict, str]:
+  """A hidden word that one probe action shows as the observation's last word. Knobs: whether
+  the opening says what the probe does (`explain`), and whether the hint carries the
+  strategy (probe, then answer the word it shows) or only restates the rule."""
+  probe = rng.choice(["peek", "look", "scan", "lift"])
+  words = rng.sample(PEEK_WORDS, rng.choice([4, 5, 6]))
+  secret = rng.choice(["A secret word is hidden.", "One word is sealed in a box."])
+  explain = rng.random() < 0.5
+  intro = f"{secret} {probe.capitalize()} shows it." if explain else secret
+  knobs = dict(name=rng.choice(("PeekWord", "HiddenWord", "SealedWord", "WordBox", "SecretTag")),
+               doc=rng.choice(["Name the hidden word; one action shows it.",
+                               "Answer with the sealed word."]),
+               turns=rng.choice([2, 3, 4]), words=repr(tuple(words)), intro=intro, probe=probe,
+               reveal=rng.choice(["You see:", "Inside:", "It reads:"]),
+               right=rng.choice(["Correct!", "That is the word.", "Right word!"]),
+               wrong=rng.choice(["Wrong word.", "No, game over.", "That is not it."]))
+  if rng.random() < 0.5:
+    hint = (f"Reply {probe} first: the last word it shows is the secret; then reply answer "
+            "with that word.")
+  else:
+    hint = "The secret is one of the listed words; answer with the one you think it is."
+  return knobs, hint
+
+
 # family -> (category, template, knob drawer)
 FAMILIES = {
     "quiz": ("arithmetic", _QUIZ, _quiz),
@@ -352,6 +414,7 @@ FAMILIES = {
     "reach": ("planning", _REACH, _reach),
     "locate": ("probing", _LOCATE, _locate),
     "walk": ("spatial", _WALK, _walk),
+    "peek": ("probing", _PEEK, _peek),
 }
 
 

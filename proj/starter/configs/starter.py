@@ -11,9 +11,10 @@ are exactly the prompts this run sends. Choices, and why:
   in minutes; k = 2 still delays the designer's update by a refresh.
 * G = 4 episodes per arm: the smallest group whose advantages are not all +-1, and 6 x 2 x 4 =
   48 episodes fit one wave of 48 decode slots.
-* the memory starts from minigames (proj/starter/minigames.py: six short template games, one a
-  category), which the starter learned to write by editing the one in its prompt; a seed game
-  is about a thousand tokens, more than a model this small writes token-perfect.
+* the memory starts from minigames (../minigames.py: seven short template games, one a
+  category and two for probing), which the starter learned to write by editing the one in its
+  prompt; a seed game is about a thousand tokens, more than a model this small writes
+  token-perfect.
 * the compact designer prompt (no contract text: the starter learned the contract from its
   examples), memory sample size 1 and passages of 600 characters: the prompt is a passage, one
   minigame and the request, and a fine-tuning example is about a third as long as with the

@@ -3,6 +3,7 @@
 import collections
 import dataclasses
 import itertools
+import re
 
 import pytest
 
@@ -63,7 +64,10 @@ def test_the_library_setting_fills_the_memory_with_minigames_of_the_skills():
   selfplay = SelfPlayConfig(library="minigames", skills=("planning", "probing"),
                             categories_per_step=2)
   entries = seed_entries(selfplay)
-  assert {e.category for e in entries} == {"planning", "probing"} and len(entries) == 4
+  families = [f for f, (category, _, _) in minigames.FAMILIES.items()
+              if category in ("planning", "probing")]
+  assert {e.category for e in entries} == {"planning", "probing"}
+  assert len(entries) == 2 * len(families) == 6  # reach; locate and peek
   assert all(e.uid.startswith("mg1/") and "def oracle_actions" in e.source for e in entries)
   with pytest.raises(ValueError, match="selfplay.library"):
     SelfPlayConfig(setting="tool_use", library="minigames",
@@ -77,3 +81,44 @@ def test_a_fixed_env_baseline_library_holds_a_step_of_distinct_minigames():
   assert len(seed_entries(spade)) == 2  # SPADE's memory starts from two of the family
   grpo = seed_entries(dataclasses.replace(spade, fixed_envs="grpo"))
   assert len(grpo) == 6 and len({e.source for e in grpo}) == 6
+
+
+
+def _returns(pool, game, seeds, choose) -> list[float]:
+  """Each reset seed's return when `choose(observation)` picks every action."""
+  keys = [(game.uid, s) for s in seeds]
+  records = pool.reset([(k, game.source, s) for k, s in zip(keys, seeds, strict=True)])
+  returns = []
+  for key, record in zip(keys, records, strict=True):
+    total = 0.0
+    while not record.done:
+      (record,) = pool.step([(key, choose(record.observation))])
+      total += record.reward
+    returns.append(total)
+  pool.close_episodes(keys)
+  return returns
+
+
+def test_peek_games_validate_and_pay_the_probe_then_answer_strategy_alone():
+  """About half the peek games' hints carry the strategy (name the probe action). Six of each
+  kind pass every guard; in them, probing and then answering the observation's last word earns
+  the whole return from every reset, and always answering the first listed word earns about
+  one in the number of words."""
+  drawn = [minigames.minigame("peek", i) for i in range(40)]
+  probes = {g.uid: re.search(r'if text == "(\w+)":', g.source).group(1) for g in drawn}
+  carried = [g for g in drawn if probes[g.uid] in g.hint]
+  assert 10 <= len(carried) <= 30
+  games = carried[:6] + [g for g in drawn if g not in carried][:6]
+  _all_valid(games)
+  listed = lambda obs: obs.split("one of: ")[1].rstrip(".").split(", ")
+  seeds = range(20)
+  guessed, chance = [], []
+  with SandboxPool(num_workers=2) as pool:
+    for game in games:
+      told = _returns(pool, game, seeds, lambda obs, p=probes[game.uid]: (
+          p if "one of: " in obs else f"answer {obs.split()[-1]}"))
+      assert told == [1.0] * len(seeds), game.uid
+      guessed += _returns(pool, game, seeds, lambda obs: f"answer {listed(obs)[0]}")
+      words = re.search(r"WORDS = \((.*)\)", game.source).group(1).count("'") // 2
+      chance += [1 / words] * len(seeds)
+  assert abs(sum(guessed) / len(guessed) - sum(chance) / len(chance)) < 0.1
