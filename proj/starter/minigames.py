@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import re
 import string
 
-__all__ = ["FAMILIES", "Minigame", "library", "minigame", "stream"]
+__all__ = ["FAMILIES", "Minigame", "library", "minigame", "stream", "untold_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,6 +405,27 @@ def _peek(rng: random.Random) -> tuple[dict, str]:
   else:
     hint = "The secret is one of the listed words; answer with the one you think it is."
   return knobs, hint
+
+
+UNTOLD_PROBE_SHARE = 0.3  # how often an agent that was not told the peek strategy probes
+
+
+def untold_plan(family: str, source: str, hint: str, arm: str,
+                rng: random.Random) -> list[str] | None:
+  """The actions of an agent that was not told the strategy, or None for the oracle's.
+
+  Only a peek game has a strategy that its hint may carry (name the probe action). Its
+  no-hint arm, and its hint arm when the hint does not carry the strategy, probe only
+  UNTOLD_PROBE_SHARE of the time (the oracle) and otherwise answer a listed word at random.
+  Every other family's hint restates a rule the oracle plays in both arms.
+  """
+  if family != "peek":
+    return None
+  probe = re.search(r'if text == "(\w+)":', source).group(1)
+  if (arm == "hint" and probe in hint) or rng.random() < UNTOLD_PROBE_SHARE:
+    return None
+  words = re.findall(r"'(\w+)'", re.search(r"WORDS = \((.*)\)", source).group(1))
+  return [f"answer {rng.choice(words)}"]
 
 
 # family -> (category, template, knob drawer)

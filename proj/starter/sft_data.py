@@ -7,16 +7,18 @@ writes it, checked to parse back to the same source and hint with the loop's par
 the end-of-turn token the engine stops on.
 
 Agent: each environment is reset in the sandbox pool, its `oracle_actions()` read there
-(`SandboxPool.oracle_actions`), and the actions played as scripted replies in the action
-format through the loop's episode runner (`episodes.play_episodes`, with a `FakeEngine` in
-place of the model): prompts, observation turns and the loss mask (1 on replies only) are
-the loop's, for both arms. A reply puts a space between the tag and the action (`ACTION_LEAD`,
-which the loop's parser strips): the byte-level BPE then cuts the action word into the pieces
-that the observation's "Actions: word ..." has, so the reply can copy them; glued to the tag
-the word is other pieces ("<action>guess" is g|uess against the observation's " guess"), a
-gap that only spelling bridges, and a model this small cannot spell. A share of imperfect
-episodes (a wrong action played before the right one or in its place, or the last one left
-out) comes with them; every return is the sandbox's.
+(`SandboxPool.oracle_actions`), and the actions played as scripted replies in the action format
+through the loop's episode runner (`episodes.play_episodes`, with a `FakeEngine` in place of
+the model): prompts, observation turns and the loss mask (1 on replies only) are the loop's,
+for both arms. Where the hint carries a strategy the agent would not play untold (a peek
+game's), the arms differ: an arm that was not told it plays `minigames.untold_plan` most of the
+time (kind "untold"), so the hinted arm is the one that learns the strategy. A reply puts a
+space between the tag and the action (`ACTION_LEAD`, which the loop's parser strips): the byte-
+level BPE then cuts the action word into the pieces that the observation's "Actions: word ..."
+has, so the reply can copy them; glued to the tag the word is other pieces ("<action>guess" is
+g|uess against the observation's " guess"), a gap that only spelling bridges, and a model this
+small cannot spell. A share of imperfect episodes (a wrong action played before the right one
+or in its place, or the last one left out) comes with them; every return is the sandbox's.
 
 Copy rows: random ordinary tokens followed by the same span again, loss on the repeat. They
 keep the induction circuit that the build writes and pretraining keeps (starter.copy_circuit)
@@ -28,8 +30,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 from collections.abc import Hashable, Sequence
 
+from proj.starter import minigames
 from proj.starter.copy_test import FIRST_ORDINARY_ID
 from proj.starter.passages import heldout_passages, split_documents, train_passages
 from proj.starter.variants import VariantEnv
@@ -272,6 +276,7 @@ def agent_examples(envs: Sequence[VariantEnv], tokenizer, selfplay: SelfPlayConf
   oracle_specs = [_spec(e, arm, "oracle", seed, 0, selfplay, r)
                   for e in envs for arm in ARMS for r in range(resets)]
   plans = oracle_plans(pool, [(s.key, s.source, s.seed) for s in oracle_specs])
+  untold = _untold(oracle_specs, plans, by_uid, seed)
   oracle_specs = [dataclasses.replace(s, max_turns=max(1, min(selfplay.max_turns,
                                                               len(plans[s.key]))))
                   for s in oracle_specs if s.key in plans]
@@ -279,12 +284,16 @@ def agent_examples(envs: Sequence[VariantEnv], tokenizer, selfplay: SelfPlayConf
   for ep in _play(pool, tokenizer, selfplay, oracle_specs, plans):
     if ep.dropped or ep.error_kind is not None:
       continue
+    env = by_uid[ep.spec.env_uid]
+    if ep.spec.key in untold:  # its return is what the untold plan earns
+      out.append(_example(ep, env, "untold", plans[ep.spec.key]))
+      continue
     if ep.episode_return < ORACLE_MIN_RETURN:  # e.g. a plan longer than selfplay.max_turns
       short.append(ep.spec.env_uid)
       continue
     pair = (ep.spec.env_uid, ep.spec.arm)
     best[pair] = min(best.get(pair, ep.episode_return), ep.episode_return)
-    out.append(_example(ep, by_uid[ep.spec.env_uid], "oracle", plans[ep.spec.key]))
+    out.append(_example(ep, env, "oracle", plans[ep.spec.key]))
   if short:
     log.warning("left out %d oracle episodes that fell short of the full return within "
                 "selfplay.max_turns=%d: %s", len(short), selfplay.max_turns, short[:8])
@@ -295,6 +304,21 @@ def agent_examples(envs: Sequence[VariantEnv], tokenizer, selfplay: SelfPlayConf
   todo = [chosen[i] for i in sorted(picks)]
   imperfect = _imperfect(pool, tokenizer, selfplay, by_uid, todo, best, seed)
   return out + imperfect
+
+
+def _untold(specs: list[EpisodeSpec], plans: dict[Hashable, list], by_uid, seed: int
+            ) -> set[Hashable]:
+  """Replaces the plans of the episodes an untold agent plays (minigames.untold_plan) in
+  `plans`; returns their keys."""
+  keys = set()
+  for s in specs:
+    env = by_uid[s.env_uid]
+    rng = random.Random(derive_seed(seed, "starter-untold", *s.key[1:]))
+    plan = minigames.untold_plan(env.base, env.source, env.hint, s.arm, rng)
+    if plan is not None and s.key in plans:
+      plans[s.key] = plan
+      keys.add(s.key)
+  return keys
 
 
 def _imperfect(pool, tokenizer, selfplay, by_uid, todo, best, seed) -> list[SFTExample]:

@@ -3,11 +3,12 @@
 import collections
 import dataclasses
 import itertools
+import re
 
 import numpy as np
 import pytest
 
-from proj.starter import copy_test, passages, sft_data, variants
+from proj.starter import copy_test, minigames, passages, sft_data, variants
 from proj.starter.batches import BucketPlan
 from spade_jax.engine.api import SamplingParams
 from spade_jax.engine.fake import FakeEngine
@@ -185,6 +186,32 @@ def test_oracle_episodes_at_more_reset_seeds_differ_in_their_reset(tokenizer, en
   assert sorted(seeds) == sorted((e.uid, arm) for e in envs[:2] for arm in ("no_hint", "hint"))
   assert all(len(s) == 2 for s in seeds.values()) and len(examples) == 8
 
+
+
+def test_peek_arms_differ_where_the_hint_carries_the_strategy(tokenizer, pool):
+  """Peek games at 10 reset seeds: the hint arm of a game whose hint names the probe always
+  probes, then answers the word shown (return 1.0); the other arms play untold most of the
+  time, one answer with a listed word, and earn less."""
+  games = [minigames.minigame("peek", i) for i in range(12)]
+  probe = {g.uid: re.search(r'if text == "(\w+)":', g.source).group(1) for g in games}
+  told = [g for g in games if probe[g.uid] in g.hint][:1]
+  untold = [g for g in games if probe[g.uid] not in g.hint][:2]
+  envs = [variants.VariantEnv(g.uid, g.family, g.category, g.source, g.hint)
+          for g in told + untold]
+  examples = sft_data.agent_examples(envs, tokenizer, SETTINGS, pool, imperfect_share=0.0,
+                                     resets=10)
+  by = collections.defaultdict(list)
+  for ex in examples:
+    by[ex.meta["uid"] in {g.uid for g in told} and ex.meta["arm"] == "hint"].append(ex)
+  assert len(by[True]) == 10 and len(by[False]) == 50
+  assert all(ex.meta["kind"] == "oracle" and ex.meta["return"] == 1.0
+             and ex.meta["actions"][0] == probe[ex.meta["uid"]] for ex in by[True])
+  played = [ex for ex in by[False] if ex.meta["kind"] == "untold"]
+  assert 0.5 <= len(played) / len(by[False]) <= 0.9  # 1 - UNTOLD_PROBE_SHARE = 0.7 expected
+  assert all(len(ex.meta["actions"]) == 1 and ex.meta["actions"][0].startswith("answer ")
+             for ex in played)
+  assert all(ex.meta["kind"] == "oracle" for ex in by[False] if ex not in played)
+  assert sum(ex.meta["return"] for ex in played) / len(played) < 0.5
 
 def test_oracle_actions_come_from_live_sandbox_episodes(pool, envs):
   broken = envs[0].source.replace('return ["guess "', 'return 1 / 0 + ["guess "')
