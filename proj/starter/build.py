@@ -104,11 +104,13 @@ CONFIG_DIR = pathlib.Path(__file__).parent / "configs"
 
 
 def config_path(name: str) -> str:
-  """'starter', 'starter_ci.py' (the project's configs/) or any path -> a path."""
-  for candidate in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.py"):
+  """'starter', 'starter_ci.py' (the project's configs/) or any file's path -> a path."""
+  for candidate in (CONFIG_DIR / name, CONFIG_DIR / f"{name}.py", pathlib.Path(name)):
     if candidate.is_file():
       return str(candidate)
-  return name
+  names = sorted(p.stem for p in CONFIG_DIR.glob("*.py"))
+  raise config_schema.ConfigError(f"--config={name!r}: no such file, nor a config of "
+                                  f"{CONFIG_DIR}/ ({names})")
 
 
 def load_experiment(name: str = "starter") -> Experiment:

@@ -21,7 +21,8 @@ import random
 import re
 import string
 
-__all__ = ["FAMILIES", "Minigame", "library", "minigame", "stream", "untold_plan"]
+__all__ = ["FAMILIES", "Minigame", "library", "minigame", "peek_probe", "peek_words", "stream",
+           "untold_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -421,11 +422,19 @@ def untold_plan(family: str, source: str, hint: str, arm: str,
   """
   if family != "peek":
     return None
-  probe = re.search(r'if text == "(\w+)":', source).group(1)
-  if (arm == "hint" and probe in hint) or rng.random() < UNTOLD_PROBE_SHARE:
+  if (arm == "hint" and peek_probe(source) in hint) or rng.random() < UNTOLD_PROBE_SHARE:
     return None
-  words = re.findall(r"'(\w+)'", re.search(r"WORDS = \((.*)\)", source).group(1))
-  return [f"answer {rng.choice(words)}"]
+  return [f"answer {rng.choice(peek_words(source))}"]
+
+
+def peek_probe(source: str) -> str:
+  """A peek game's probe action, read from its source (the template's `if text == ...`)."""
+  return re.search(r'if text == "(\w+)":', source).group(1)
+
+
+def peek_words(source: str) -> list[str]:
+  """A peek game's listed words, read from its source (the template's WORDS)."""
+  return re.findall(r"'(\w+)'", re.search(r"WORDS = \((.*)\)", source).group(1))
 
 
 # family -> (category, template, knob drawer)

@@ -9,7 +9,9 @@ loads a starter config.
 
 from __future__ import annotations
 
-from proj.starter import minigames
+import functools
+
+from proj.starter import heldout, minigames
 from spade_jax.eval.suites import register_suite
 from spade_jax.model.config import ModelConfig, register_preset
 from spade_jax.selfplay.config import SelfPlayConfig
@@ -39,22 +41,20 @@ def _minigame_entries(selfplay: SelfPlayConfig, split: str) -> list[MemoryEntry]
 MINIGAMES = SeedLibrary(_minigame_entries, settings=("games",))
 
 
-def _heldout_suite(data):
-  from proj.starter.heldout import MinigamesHeldout
-  return MinigamesHeldout("minigames_heldout")
+def _minigame_suite(name: str, data: str | None) -> heldout.MinigamesHeldout:
+  return heldout.MinigamesHeldout(name)
 
 
-def _final_suite(data):
-  from proj.starter.heldout import MinigamesHeldout
-  return MinigamesHeldout("minigames_final")
+# One factory per split, made once, so that registering again is a no-op.
+SUITES = {name: functools.partial(_minigame_suite, name) for name in heldout.SPLIT_SEEDS}
 
 
 def register() -> None:
   for name, cfg in PRESETS.items():
     register_preset(name, cfg)
   register_library("minigames", MINIGAMES)
-  register_suite("minigames_heldout", _heldout_suite)
-  register_suite("minigames_final", _final_suite)
+  for name, factory in SUITES.items():
+    register_suite(name, factory)
 
 
 register()

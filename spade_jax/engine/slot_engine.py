@@ -284,7 +284,7 @@ class SlotEngine:
     # Decode windows (one compile each): slot counts and cache lengths; the full size last.
     full = max_cache_len + self.max_chunk
     self.decode_widths = buckets(decode_widths, num_slots,
-                                  [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
+                                 [2 ** i for i in range(3, max(num_slots, 1).bit_length())])
     # ... and what an append's attention reads (one compile each): a window of the cache rows.
     self.decode_lengths, self.append_lengths = cache_lengths(full, decode_lengths,
                                                              append_lengths)

@@ -100,9 +100,9 @@ class SelfPlayConfig:
     renamed = RENAMED_LIBRARIES.get(self.library)
     require(self.library in library_names(), field_path("library"), self.library,
             f"one of {library_names()}" + (f" (renamed: use {renamed!r})" if renamed else ""))
-    settings = get_library(self.library).settings
-    require(self.setting in settings, field_path("library"), self.library,
-            f"a library of the setting {self.setting!r} (it holds {' and '.join(settings)})")
+    held = get_library(self.library).settings
+    require(self.setting in held, field_path("library"), self.library,
+            f"a library of the setting {self.setting!r} (it holds {' and '.join(held)})")
     require(self.fixed_envs in FIXED_ENVS, field_path("fixed_envs"), self.fixed_envs,
             f"one of {FIXED_ENVS}")
     require(self.designer_advantage in DESIGNER_ADVANTAGES, field_path("designer_advantage"),

@@ -22,7 +22,7 @@ from spade_jax.selfplay.prompts import SETTINGS
 if TYPE_CHECKING:
   from spade_jax.selfplay.config import SelfPlayConfig
 
-# (the run's self-play settings, the seed split: "all", "train" or "heldout") -> entries.
+# (the run's SelfPlayConfig, the seed split: "all", "train" or "heldout") -> entries.
 Entries = Callable[["SelfPlayConfig", str], list[MemoryEntry]]
 
 

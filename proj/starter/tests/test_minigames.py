@@ -3,7 +3,6 @@
 import collections
 import dataclasses
 import itertools
-import re
 
 import pytest
 
@@ -105,7 +104,7 @@ def test_peek_games_validate_and_pay_the_probe_then_answer_strategy_alone():
   the whole return from every reset, and always answering the first listed word earns about
   one in the number of words."""
   drawn = [minigames.minigame("peek", i) for i in range(40)]
-  probes = {g.uid: re.search(r'if text == "(\w+)":', g.source).group(1) for g in drawn}
+  probes = {g.uid: minigames.peek_probe(g.source) for g in drawn}
   carried = [g for g in drawn if probes[g.uid] in g.hint]
   assert 10 <= len(carried) <= 30
   games = carried[:6] + [g for g in drawn if g not in carried][:6]
@@ -119,6 +118,5 @@ def test_peek_games_validate_and_pay_the_probe_then_answer_strategy_alone():
           p if "one of: " in obs else f"answer {obs.split()[-1]}"))
       assert told == [1.0] * len(seeds), game.uid
       guessed += _returns(pool, game, seeds, lambda obs: f"answer {listed(obs)[0]}")
-      words = re.search(r"WORDS = \((.*)\)", game.source).group(1).count("'") // 2
-      chance += [1 / words] * len(seeds)
+      chance += [1 / len(minigames.peek_words(game.source))] * len(seeds)
   assert abs(sum(guessed) / len(guessed) - sum(chance) / len(chance)) < 0.1

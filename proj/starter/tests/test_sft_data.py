@@ -3,7 +3,6 @@
 import collections
 import dataclasses
 import itertools
-import re
 
 import numpy as np
 import pytest
@@ -193,7 +192,7 @@ def test_peek_arms_differ_where_the_hint_carries_the_strategy(tokenizer, pool):
   probes, then answers the word shown (return 1.0); the other arms play untold most of the
   time, one answer with a listed word, and earn less."""
   games = [minigames.minigame("peek", i) for i in range(12)]
-  probe = {g.uid: re.search(r'if text == "(\w+)":', g.source).group(1) for g in games}
+  probe = {g.uid: minigames.peek_probe(g.source) for g in games}
   told = [g for g in games if probe[g.uid] in g.hint][:1]
   untold = [g for g in games if probe[g.uid] not in g.hint][:2]
   envs = [variants.VariantEnv(g.uid, g.family, g.category, g.source, g.hint)
