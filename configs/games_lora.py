@@ -38,6 +38,7 @@ def get_config() -> ConfigDict:
   c.engine.num_slots = 32  # 384 episodes in 12 waves; the KV cache is ~1/3 of HBM
   c.engine.max_cache_len = 8192  # designer prompt (~4k) + 2k reply; agent 8 turns of 512
   c.engine.prefill_buckets = (512, 2048)  # turns; prompts in pieces of at most 2k
+  c.engine.replica_chips = 0  # one copy over the v5e-8's 8 chips (one host), not two of 4
   c.sampling.designer = {"max_new_tokens": 2048, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   c.sampling.agent = {"max_new_tokens": 512, "temperature": 1.0, "top_p": 1.0, "top_k": 0}
   return c

@@ -223,6 +223,7 @@ class Plan:
   lora_rank: int = 0
   trained: int = 0  # parameters the optimiser updates
   engine_weights: int = 0  # the engine's copy of the parameters (engine/weights.py)
+  engine_replicas: int = 1  # copies of the weights the engine keeps over the slice
   decode_transient: int = 0  # what a decode block holds beside its arguments
   append_transient: int = 0  # what the step's largest append holds beside its arguments
 
@@ -277,7 +278,7 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
                        beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
                        logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None,
                        platform="tpu")
-  replicas = mesh.get("data", 1)
+  replicas = engine_replicas(experiment.engine, chips, mesh.get("data", 1))
   kv_shards = kv_cache_shards(experiment.engine.num_slots, cfg.num_kv_heads, replicas,
                               chips // replicas)
   # Every slot holds the longest row plus room for one more prefill piece (engine/slot_engine).
@@ -303,7 +304,21 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
               train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops,
               lora_rank=cfg.lora_rank, trained=trained_count(cfg),
               engine_weights=parameter_counts(cfg)[0] * copy // (chips // replicas),
+              engine_replicas=replicas,
               decode_transient=decode, append_transient=append)
+
+
+def engine_replicas(engine: EngineConfig, chips: int, data: int) -> int:
+  """Copies of the engine's weights on `chips` chips (model.sharding.engine_mesh): one per
+  group of `engine.replica_chips` chips (one in all on fewer chips), else one per row of
+  the trainer's `data` axis."""
+  if not engine.replica_chips:
+    return data
+  group = min(engine.replica_chips, chips)
+  if chips % group:
+    raise config_schema.ConfigError(f"engine.replica_chips={engine.replica_chips} must divide "
+                                    f"the slice's {chips} chips")
+  return chips // group
 
 
 def _split(n: int, ways: int) -> int:
@@ -365,7 +380,8 @@ def report(plan: Plan, name: str, mfu: float) -> str:
            f"  activations, no remat   {g(plan.train.activations)}",
            f"  activations, remat      {g(plan.train.activations_remat)}",
            f"  engine KV cache         {g(plan.kv_cache)}",
-           f"  engine weights copy     {g(plan.engine_weights)}",
+           f"  engine weights copy     {g(plan.engine_weights)}  ({plan.engine_replicas} "
+           f"x {plan.chips // plan.engine_replicas} chips)",
            f"  decode block transients {g(plan.decode_transient)}",
            f"  largest append's        {g(plan.append_transient)}"]
   needs = [(f"train step {'with' if remat else 'without'} remat", plan.total(remat))

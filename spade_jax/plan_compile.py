@@ -102,8 +102,9 @@ def train_step_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callab
 
 def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
   """(graphdef, abstract weights copy, abstract full-capacity decode state, a SlotEngine for
-  its buckets) as the engine holds them: its own copy of the trainer's parameters, in the
-  compute dtype and the inference layout (engine/weights.py)."""
+  its buckets and mesh) as the engine holds them: its own copy of the trainer's parameters,
+  in the compute dtype and the inference layout (engine/weights.py), on the engine's mesh
+  (`engine.replica_chips`)."""
   e = experiment.engine
   engine = slot_engine.SlotEngine(abstract_model(cfg, mesh), num_slots=e.num_slots,
                                   max_cache_len=e.max_cache_len,
@@ -112,12 +113,13 @@ def _engine_inputs(experiment: Experiment, cfg: ModelConfig, mesh):
                                   decode_widths=e.decode_widths,
                                   decode_lengths=e.decode_lengths,
                                   append_lengths=e.append_lengths,
-                                  prefill_tokens=e.prefill_tokens)
-  with jax.set_mesh(mesh):
+                                  prefill_tokens=e.prefill_tokens,
+                                  replica_chips=e.replica_chips)
+  with jax.set_mesh(engine.mesh):
     state = jax.eval_shape(lambda: init_decode_state(
         cfg, engine.decode_widths[-1], engine.decode_lengths[-1], engine.max_stop_ids,
         engine.cache_dtype))
-    state = tpu_aot.shaped(state, state_shardings(state, mesh))
+    state = tpu_aot.shaped(state, state_shardings(state, engine.mesh))
   return engine.graphdef, engine.params, state, engine
 
 
@@ -127,7 +129,7 @@ def decode_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[[
   active = jax.ShapeDtypeStruct(state.token.shape, jnp.bool_, sharding=state.token.sharding)
 
   def compile_it():
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(engine.mesh):
       return slot_engine._generate.lower(graphdef, params, state, active,
                                          num_steps=engine.decode_steps).compile()
   return compile_it
@@ -140,7 +142,7 @@ def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[
   graphdef, params, state, engine = _engine_inputs(experiment, cfg, mesh)
   rows, t, length = largest_append(experiment.engine, experiment.selfplay.num_envs,
                                    engine.batch_shards)
-  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  replicated = jax.sharding.NamedSharding(engine.mesh, jax.sharding.PartitionSpec())
   arr = lambda shape, dtype: jax.ShapeDtypeStruct(shape, dtype, sharding=replicated)
   sp = SlotParams.from_requests([], [], engine.max_stop_ids, rows)
   sp = jax.tree.map(lambda x: arr(x.shape, x.dtype), sp)
@@ -148,7 +150,7 @@ def prefill_program(experiment: Experiment, cfg: ModelConfig, mesh) -> Callable[
           arr((rows, t), jnp.int32), arr((rows,), jnp.int32), sp)
 
   def compile_it():
-    with jax.set_mesh(mesh):
+    with jax.set_mesh(engine.mesh):
       return slot_engine._append.lower(*args, length=length).compile()
   return compile_it
 
@@ -240,15 +242,18 @@ def compiled_report(reports: dict[str, ProgramReport], slice_name: str) -> str:
                  f"{g(r.need)} ({verdict}); compiled in {p.compile_s:.0f} s")
     if not r.loop_collectives:
       lines.append(f"      collectives: {r.moved / 2**20:.1f} MiB")
-    for op, shapes, count, size in _largest(r.loop_collectives):
-      lines.append(f"      in loop: {count} x {op} {list(shapes)} ({size / 2**20:.1f} MiB)")
+    for op, shapes, count, size, chips in _largest(r.loop_collectives):
+      lines.append(f"      in loop: {count} x {op} {list(shapes)} ({size / 2**20:.1f} MiB, "
+                   f"groups of {chips or 'all'} chips)")
   return "\n".join(lines)
 
 
 def _largest(found: tuple[tpu_aot.Collective, ...], top: int = 5):
-  """The `top` largest distinct (op, shapes) among loop collectives, with their counts."""
+  """The `top` largest distinct (op, shapes, chips a group) among loop collectives, with
+  their counts (chips 0: the HLO names no groups, i.e. all chips)."""
   counts: dict[tuple, list[int]] = {}
   for c in found:
-    counts.setdefault((c.op, c.shapes), [0, c.bytes])[0] += 1
+    chips = max((len(g) for g in c.groups), default=0)
+    counts.setdefault((c.op, c.shapes, chips), [0, c.bytes])[0] += 1
   ranked = sorted(counts.items(), key=lambda kv: -kv[1][1])[:top]
-  return [(op, shapes, n, size) for (op, shapes), (n, size) in ranked]
+  return [(op, shapes, n, size, chips) for (op, shapes, chips), (n, size) in ranked]

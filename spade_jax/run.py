@@ -80,7 +80,8 @@ def build_engine(engine: EngineConfig, policy, mesh) -> SlotConversationEngine:
       prefill_buckets=engine.prefill_buckets,
       decode_steps_per_poll=engine.decode_steps_per_poll, mesh=mesh,
       decode_widths=engine.decode_widths, decode_lengths=engine.decode_lengths,
-      append_lengths=engine.append_lengths, prefill_tokens=engine.prefill_tokens)
+      append_lengths=engine.append_lengths, prefill_tokens=engine.prefill_tokens,
+      replica_chips=engine.replica_chips)
 
 
 def build_pool(experiment: Experiment) -> SplitPool:

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
+import numpy as np
 
 GIB = 1024 ** 3
 
@@ -154,6 +155,52 @@ class Collective:
   shapes: tuple[tuple[int, ...], ...]  # the result's array shapes
   bytes: int  # the largest result array's bytes
   computation: str
+  # The groups of chips (ids in the program's device order) that exchange data: its replica
+  # groups, or each source-target pair of a collective-permute; () where the HLO names none.
+  groups: tuple[tuple[int, ...], ...] = ()
+
+
+_IOTA = r"\[([\d,]+)\]<=\[([\d,]+)\](?:T\(([\d,]+)\))?"
+_IOTA_GROUPS = re.compile(r"replica_groups=" + _IOTA)
+_LISTED_GROUPS = re.compile(r"(?:replica_groups|source_target_pairs)="
+                            r"\{(\{[\d,]*\}(?:,\{[\d,]*\})*)\}")
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]"
+                          r"(?:, device_ids=\(\[([\d,]+)\](?:T\(([\d,]+)\))?\))? \{([^}]*)\}")
+
+
+def _ints(text: str | None) -> list[int]:
+  return [int(v) for v in text.split(",") if v] if text else []
+
+
+def _iota(dims: list[int], perm: list[int]):
+  """XLA's iota device list: arange(prod(dims)) reshaped to dims and transposed by perm."""
+  ids = np.arange(math.prod(dims)).reshape(dims)
+  return ids.transpose(perm) if perm else ids
+
+
+def device_groups(instruction: str) -> tuple[tuple[int, ...], ...]:
+  """The groups of chips a collective instruction's HLO text exchanges data within, in any
+  of XLA's spellings: listed groups (`{{0,1},{2,3}}`), an iota list (`[2,2]<=[4]`, with a
+  transpose `T(1,0)`), a mesh with the axes it runs over (`mesh['axis_0'=2,'axis_1'=2]
+  {'axis_1'}`, optionally over `device_ids`), or a collective-permute's source-target
+  pairs."""
+  m = _LISTED_GROUPS.search(instruction)
+  if m:
+    return tuple(tuple(_ints(g)) for g in re.findall(r"\{([\d,]*)\}", m[1]))
+  m = _IOTA_GROUPS.search(instruction)
+  if m:
+    shape = _ints(m[1])
+    return tuple(map(tuple, _iota(_ints(m[2]), _ints(m[3])).reshape(shape).tolist()))
+  m = _MESH_GROUPS.search(instruction)
+  if m:
+    axes = re.findall(r"'([^']+)'=(\d+)", m[1])
+    sizes = [int(n) for _, n in axes]
+    ids = (_iota(_ints(m[2]), _ints(m[3])) if m[2] else _iota(sizes, [])).reshape(sizes)
+    over = [i for i, (name, _) in enumerate(axes) if f"'{name}'" in m[4]]
+    kept = [i for i in range(len(axes)) if i not in over]
+    rows = ids.transpose(kept + over).reshape(-1, math.prod(sizes[i] for i in over))
+    return tuple(map(tuple, rows.tolist()))
+  return ()
 
 
 def _array_bytes(dtype: str, dims: str) -> tuple[tuple[int, ...], int]:
@@ -207,7 +254,8 @@ def collectives(hlo: str, *, in_loops: bool = False) -> list[Collective]:
         continue
       arrays = [_array_bytes(d, dims) for d, dims in _ARRAY.findall(m[2])]
       found.append(Collective(op, tuple(s for s, _ in arrays),
-                              max((b for _, b in arrays), default=0), name))
+                              max((b for _, b in arrays), default=0), name,
+                              device_groups(line)))
   return found
 
 

@@ -55,8 +55,9 @@ def test_train_memory_matches_the_compiled_step(remat):
   _check_against_compiled(get_preset("tiny", remat=remat))
 
 
-@pytest.mark.parametrize(("preset", "remat"), [("tiny", "none"), ("tiny", "full"),
-                                             ("bench-40m", "full")])
+@pytest.mark.parametrize(("preset", "remat"), [
+    ("tiny", "none"), ("tiny", "full"),
+    pytest.param("bench-40m", "full", marks=pytest.mark.slow)])  # the tiny cases in `make test`
 def test_lora_train_memory_matches_the_compiled_step(preset, remat):
   """Optimiser state and gradients of the adapters only, no reference copy; without remat
   the scanned layers keep one more layer's residuals than they have layers (the full-weight
@@ -121,3 +122,27 @@ def test_games_lora_fits_qwen3_4b_on_a_v5e_8_where_full_weights_do_not():
   config.model.lora_rank, config.model.param_dtype = 0, "float32"
   full = config_schema.validate(config, files=False)
   assert make_plan(full, chip, chips).total(remat=True) > chip.hbm_bytes
+
+
+def test_engine_replicas_hold_a_copy_each_and_share_the_slots():
+  """games.py on v5p-64 (32 chips): with engine.replica_chips=4 each chip holds a quarter of
+  the bfloat16 copy instead of a 32nd, the KV cache still splits 32 ways (kv heads over a
+  replica's 4 chips, slots over the 8 replicas); a group larger than the slice is one copy
+  over all of it; a group size that does not divide the slice is refused in one line."""
+  config, _ = config_schema.parse_config_args(["plan", "--config", "games.py"],
+                                              flags.FlagValues())
+  chip, chips = parse_topology("v5p-64")
+  total = plan_command.parameter_counts(config_schema.validate(config, files=False)
+                                        .model.architecture())[0]
+  plans = {}
+  for replica_chips in (0, 4, 64):
+    config.engine.replica_chips = replica_chips
+    plans[replica_chips] = make_plan(config_schema.validate(config, files=False), chip, chips)
+  assert plans[4].engine_weights == total * 2 // 4
+  assert plans[0].engine_weights == plans[64].engine_weights == total * 2 // 32
+  assert plans[4].kv_cache == plans[0].kv_cache
+  assert plans[4].rollout_total <= chip.hbm_bytes
+  config.engine.replica_chips = 3
+  with pytest.raises(config_schema.ConfigError,
+                     match=r"^engine.replica_chips=3 must divide the slice's 32 chips$"):
+    make_plan(config_schema.validate(config, files=False), chip, chips)

@@ -32,10 +32,16 @@ class EngineConfig:
   # prefill_tokens // bucket (at least 1), and compiles once per append length. None: rows in
   # powers of four up to num_slots (fewer padded rows, more compiles).
   prefill_tokens: int | None = None
+  # Chips one copy of the engine's weights splits over (tensor parallel within the group,
+  # model.sharding.engine_mesh): the slice's chips form groups of this many, each a replica
+  # serving its share of the slots, so a decode step's collectives stay within a group; a
+  # slice of fewer chips holds one copy over all. 0: one copy over the trainer's model axes.
+  replica_chips: int = 0
 
   def __post_init__(self):
     for name in ("num_slots", "max_cache_len", "decode_steps_per_poll"):
       require_int(getattr(self, name), f"engine.{name}", 1)
+    require_int(self.replica_chips, "engine.replica_chips", 0)
     if self.prefill_tokens is not None:
       require_int(self.prefill_tokens, "engine.prefill_tokens", 1)
     for name in ("decode_widths", "decode_lengths", "append_lengths"):

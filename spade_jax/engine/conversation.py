@@ -80,7 +80,8 @@ class SlotConversationEngine:
                decode_widths=EngineConfig.decode_widths,
                decode_lengths=EngineConfig.decode_lengths,
                append_lengths=EngineConfig.append_lengths,
-               prefill_tokens: int | None = EngineConfig.prefill_tokens, overlap: bool = True):
+               prefill_tokens: int | None = EngineConfig.prefill_tokens,
+               replica_chips: int = EngineConfig.replica_chips, overlap: bool = True):
     """Defaults: `EngineConfig`'s (config.engine); docs/engine.md explains each size.
     overlap=False reads every decode block before returning from the poll that dispatched
     it (no double buffering): the same tokens, for measuring what the overlap gains."""
@@ -88,7 +89,8 @@ class SlotConversationEngine:
                          prefill_buckets=prefill_buckets, decode_steps=decode_steps_per_poll,
                          max_stop_ids=max_stop_ids, cache_dtype=cache_dtype, mesh=mesh,
                          decode_widths=decode_widths, decode_lengths=decode_lengths,
-                         append_lengths=append_lengths, prefill_tokens=prefill_tokens)
+                         append_lengths=append_lengths, prefill_tokens=prefill_tokens,
+                         replica_chips=replica_chips)
     self._detokenize = detokenize
     self._state = self.engine.init_decode_state()
     self._owner: list[Hashable | None] = [None] * num_slots

@@ -43,13 +43,14 @@ def generate(model: nnx.Module, prompt_ids: Sequence[Sequence[int]], max_new_tok
              temperature: float = 1.0, top_p: float = 1.0, top_k: int = 0, seed: int = 0,
              stop: Sequence[int | str] | None = None, *,
              detokenize: stopping.Detokenize | None = None, max_slots: int = 32,
-             decode_steps: int = 32, mesh=None) -> list[GenerateResult]:
+             decode_steps: int = 32, mesh=None, replica_chips: int = 0) -> list[GenerateResult]:
   """Samples a reply for every prompt with continuous batching; one result per prompt.
 
   Prompt i is sampled with seed `seed + i`. `stop` mixes stop token ids (int, kept as
   the reply's last token) and stop strings (str, need `detokenize`). temperature=0 is
-  greedy. Shapes are rounded (cache length to 128, prompts to one power-of-two bucket) so
-  repeated calls reuse compiled code.
+  greedy. With a mesh, `replica_chips` groups its chips into replicas of the weights
+  (EngineConfig.replica_chips). Shapes are rounded (cache length to 128, prompts to one
+  power-of-two bucket) so repeated calls reuse compiled code.
   """
   prompts = [list(map(int, p)) for p in prompt_ids]
   if not prompts:
@@ -75,7 +76,8 @@ def generate(model: nnx.Module, prompt_ids: Sequence[Sequence[int]], max_new_tok
   engine = SlotConversationEngine(
       model, num_slots=min(len(prompts), max_slots), max_cache_len=cache_len,
       prefill_buckets=(bucket,), decode_steps_per_poll=decode_steps, detokenize=detokenize,
-      max_stop_ids=max(8, len(params[0].stop_token_ids)), mesh=mesh)
+      max_stop_ids=max(8, len(params[0].stop_token_ids)), mesh=mesh,
+      replica_chips=replica_chips)
   for i, (p, sp) in enumerate(zip(prompts, params, strict=True)):
     engine.submit(Request(i, p, sp))
   results: dict[int, GenerateResult] = {}

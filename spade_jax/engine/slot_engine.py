@@ -61,6 +61,7 @@ from spade_jax.model.sharding import (
   INFERENCE_RULES,
   batch_shards,
   constrain,
+  engine_mesh,
   host_get,
   use_rules,
 )
@@ -256,7 +257,8 @@ class SlotEngine:
                decode_widths: Sequence[int] | None = EngineConfig.decode_widths,
                decode_lengths: Sequence[int] | None = EngineConfig.decode_lengths,
                append_lengths: Sequence[int] | None = EngineConfig.append_lengths,
-               prefill_tokens: int | None = EngineConfig.prefill_tokens):
+               prefill_tokens: int | None = EngineConfig.prefill_tokens,
+               replica_chips: int = EngineConfig.replica_chips):
     if num_slots < 1 or max_cache_len < 2 or decode_steps < 1 or not prefill_buckets:
       raise ValueError(f"SlotEngine: need num_slots >= 1 (got {num_slots}), max_cache_len >= 2 "
                        f"({max_cache_len}), decode_steps >= 1 ({decode_steps}) and at least "
@@ -272,12 +274,13 @@ class SlotEngine:
     if mesh is None:  # a model placed on a mesh brings its mesh
       sharding = getattr(jax.tree.leaves(params)[0], "sharding", None)
       mesh = sharding.mesh if isinstance(sharding, NamedSharding) else None
-    self.mesh = mesh
+    # The engine's own mesh: replicas of `replica_chips` chips over the model's devices.
+    self.mesh = mesh if mesh is None else engine_mesh(mesh, replica_chips)
     with use_rules(INFERENCE_RULES):  # the rows' split in the engine's programs
-      self.batch_shards = batch_shards(mesh)
+      self.batch_shards = batch_shards(self.mesh)
     self.row_buckets = row_buckets(num_slots, self.batch_shards)
     self.prefill_tokens = prefill_tokens
-    self.weights = EngineWeights(params, self.cfg, mesh)
+    self.weights = EngineWeights(params, self.cfg, self.mesh)
     abstract = isinstance(jax.tree.leaves(params)[0], jax.ShapeDtypeStruct)
     # The weights every call samples from: the engine's copy (engine/weights.py).
     self.params = self.weights.abstract() if abstract else self.weights.load(params)

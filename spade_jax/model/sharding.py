@@ -123,6 +123,24 @@ def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None 
                        devices=devices)
 
 
+def engine_mesh(mesh: Mesh, replica_chips: int) -> Mesh:
+  """The engine's mesh on `mesh`'s devices: groups of `replica_chips` chips, consecutive in
+  the mesh's device order (ICI neighbours for `make_mesh`'s meshes), each holding a whole
+  copy of the weights split over its chips ("tensor") and serving its share of the rows
+  ("data"); a mesh of fewer chips holds one copy over all of them. 0 keeps `mesh`: one copy
+  over its model axes, a replica per `data` row. The flattened device order is `mesh`'s, so
+  one program can read the trainer's arrays and write the engine's."""
+  if replica_chips == 0:
+    return mesh
+  chips = mesh.devices.size
+  group = min(replica_chips, chips)
+  if replica_chips < 0 or chips % group:
+    raise ValueError(f"engine.replica_chips={replica_chips} must divide the mesh's {chips} "
+                     "chips (0: one copy over all of them)")
+  shape = (chips // group, 1, group, 1)  # MESH_AXES: data, fsdp, tensor, expert
+  return Mesh(mesh.devices.reshape(shape), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
+
+
 def logical_to_spec(axes: Sequence[str | None], shape: Sequence[int],
                     mesh: Mesh | AbstractMesh, rules: Rules | None = None) -> PartitionSpec:
   """PartitionSpec for a value of `shape` whose dimensions have logical names `axes`, by

@@ -21,18 +21,48 @@ def _variables(state):
   return jax.tree.leaves(state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
 
-@pytest.mark.parametrize(("preset", "mesh_shape"), [
-    ("tiny", {"fsdp": 8}), ("tiny", {"data": 2, "fsdp": 2, "tensor": 2}),
-    ("tiny-moe", {"fsdp": 4, "expert": 2})])
-def test_greedy_from_the_resharded_copy_equals_greedy_without_a_mesh(preset, mesh_shape):
+@pytest.mark.parametrize(("preset", "mesh_shape", "replica_chips"), [
+    ("tiny", {"fsdp": 8}, 0), ("tiny", {"data": 2, "fsdp": 2, "tensor": 2}, 0),
+    ("tiny-moe", {"fsdp": 4, "expert": 2}, 0), ("tiny-moe", {"fsdp": 8}, 2)])
+def test_greedy_from_the_resharded_copy_equals_greedy_without_a_mesh(preset, mesh_shape,
+                                                                     replica_chips):
   """The trainer's FSDP-sharded model on 8 devices, sampled through the engine's
-  tensor-parallel copy, gives the tokens of the same model on one device (fp32 compute)."""
+  tensor-parallel copy (one over the model axes, or one per group of `replica_chips`
+  chips), gives the tokens of the same model on one device (fp32 compute)."""
   cfg = get_preset(preset, param_dtype="float32", compute_dtype="float32")
   single = generate(random_model(cfg, seed=1), PROMPTS, 12, temperature=0.0)
   mesh = make_mesh(mesh_shape)
   sharded = generate(shard_model(random_model(cfg, seed=1), mesh), PROMPTS, 12,
-                     temperature=0.0, mesh=mesh)
+                     temperature=0.0, mesh=mesh, replica_chips=replica_chips)
   assert [r.tokens for r in sharded] == [r.tokens for r in single]
+
+
+def test_replicas_each_hold_a_whole_copy_and_a_share_of_the_slots():
+  """engine.replica_chips=2 on an 8-chip FSDP mesh: four replicas of 2 chips. A weight
+  splits 2 ways, not 8; the KV cache's rows split over the 4 replicas (and its kv heads
+  over a replica's 2 chips); the trainer's arrays are read, never moved."""
+  cfg = get_preset("tiny", param_dtype="float32", compute_dtype="bfloat16")
+  mesh = make_mesh({"fsdp": 8})
+  model = shard_model(random_model(cfg), mesh)
+  conv = SlotConversationEngine(model, mesh=mesh, replica_chips=2, **ENGINE)
+  engine = conv.engine
+  assert dict(engine.mesh.shape) == {"data": 4, "fsdp": 1, "tensor": 2, "expert": 1}
+  assert list(engine.mesh.devices.flat) == list(mesh.devices.flat)
+  q = engine.params["groups"][0]["attn"]["q_proj"]["kernel"].get_value()  # [L, D, N=4, Hd]
+  assert q.sharding.mesh == engine.mesh and q.sharding.shard_shape(q.shape)[2] == 2
+  keys = conv._state.cache.v[0]  # [L, slots, kv heads, entries, Hd]
+  shard = keys.sharding.shard_shape(keys.shape)
+  assert (shard[1], shard[2]) == (keys.shape[1] // 4, keys.shape[2] // 2)
+  assert all(x.sharding.mesh == mesh for x in jax.tree.leaves(nnx.state(model)))
+
+
+def test_replica_chips_that_do_not_divide_the_mesh_are_refused_in_one_line():
+  cfg = get_preset("tiny")
+  mesh = make_mesh({"fsdp": 8})
+  with pytest.raises(ValueError, match=r"^engine.replica_chips=3 must divide the mesh's 8 "
+                                       r"chips \(0: one copy over all of them\)$"):
+    SlotConversationEngine(shard_model(random_model(cfg), mesh), mesh=mesh, replica_chips=3,
+                           **ENGINE)
 
 
 def test_the_copy_is_in_the_compute_dtype_with_the_model_width_whole():

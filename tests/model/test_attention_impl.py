@@ -104,7 +104,8 @@ def _blocked_reference(preset, packed):
 # cuDNN with packed segments (a mask) and without (padding as lengths), splash with both.
 @pytest.mark.parametrize("preset,impl,packed", [
     ("tiny", "cudnn", True), ("tiny", "cudnn", False), ("tiny", "pallas_tpu", True),
-    ("tiny-moe", "cudnn", True), ("tiny-moe", "pallas_tpu", False)])
+    ("tiny-moe", "cudnn", True),
+    pytest.param("tiny-moe", "pallas_tpu", False, marks=pytest.mark.slow)])  # MoE: cudnn's case
 def test_model_matches_blocked_kernel(preset, impl, packed):
   """The whole model (dense and MoE presets) with left and right padding."""
   ids, valid = jnp.asarray(_IDS), _VALID

@@ -81,7 +81,9 @@ def pool():
     yield p
 
 
-@pytest.mark.parametrize("lora_rank", [0, 8], ids=["full", "lora"])
+# LoRA's case is slow-tier only (tests/rl/test_rl_lora.py checks its step in `make test`).
+@pytest.mark.parametrize("lora_rank", [0, pytest.param(8, marks=pytest.mark.slow)],
+                         ids=["full", "lora"])
 def test_grpo_through_engine_and_sandbox_raises_the_return(pool, lora_rank):
   tokenizer = load_tokenizer("tiny")
   model = Qwen3(get_preset("tiny", lora_rank=lora_rank, lora_alpha=64.0), rngs=nnx.Rngs(0))

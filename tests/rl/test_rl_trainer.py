@@ -102,7 +102,7 @@ def test_the_trainer_batch_follows_the_logical_batch_rule(initial, monkeypatch):
 
 
 # tis_cap 1.0: the batch's fake behaviour log-probs put the ratios on both sides of the cap.
-@pytest.mark.parametrize("tis_cap", [0.0, 1.0])
+@pytest.mark.parametrize("tis_cap", [pytest.param(0.0, marks=pytest.mark.slow), 1.0])
 def test_gradient_accumulation_equals_one_full_batch(initial, tis_cap, compiled):
   accumulated = Trainer(dict(RL, tis_cap=tis_cap), _model(initial), compiled=compiled)  # 4 rows
   full = Trainer(dict(RL, micro_batch_size=0, tis_cap=tis_cap), _model(initial),

@@ -68,12 +68,12 @@ ENGINE_TILED = dict(num_layers=2, hidden_size=1024, intermediate_size=3072, num_
                     num_kv_heads=8, head_dim=128, vocab_size=8192)
 
 
-def engine_plan_and_compiled(config: str, topology: str, monkeypatch):
+def engine_plan_and_compiled(config: str, topology: str, monkeypatch, *overrides: str):
   """{program: (planned, compiled) peak bytes per chip} of the decode block and the largest
   append, with ENGINE_TILED widths, a 1,024-token cache and 256-token prefill pieces."""
   monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   args = ["plan", "--config", config, "--config.engine.max_cache_len=1024",
-          "--config.engine.prefill_buckets=(256,)"]
+          "--config.engine.prefill_buckets=(256,)", *overrides]
   config, _ = config_schema.parse_config_args(args, flags.FlagValues())
   experiment = config_schema.validate(config, files=False)
   chip, chips = parse_topology(topology)
@@ -86,11 +86,12 @@ def engine_plan_and_compiled(config: str, topology: str, monkeypatch):
 
 
 @pytest.mark.slow  # two TPU compiles a case; `make test` keeps tests/test_plan.py's CPU ones
-@pytest.mark.parametrize(("config", "topology"), [
-    ("games_lora.py", "v5p-8"), ("games_8b.py", "v5p-8"), ("games_8b.py", "v5e-8"),
-    ("games_lora.py", "v5e-8")])
-def test_plan_follows_the_engine_programs(config, topology, monkeypatch):
-  found, plan = engine_plan_and_compiled(config, topology, monkeypatch)
+@pytest.mark.parametrize(("config", "topology", "replica_chips"), [
+    ("games_lora.py", "v5p-8", 0), ("games_8b.py", "v5p-8", 0), ("games_8b.py", "v5e-8", 0),
+    ("games_lora.py", "v5e-8", 0), ("games_8b.py", "v5e-8", 2)])
+def test_plan_follows_the_engine_programs(config, topology, replica_chips, monkeypatch):
+  found, plan = engine_plan_and_compiled(config, topology, monkeypatch,
+                                         f"--config.engine.replica_chips={replica_chips}")
   for name, (planned, compiled, arguments) in found.items():
     # Arguments: the weights copy and the decode state (KV cache, a few small arrays).
     held = plan.engine_weights + plan.kv_cache

@@ -63,6 +63,24 @@ def test_loop_collectives_finds_a_gather_in_a_loop_body_and_not_one_hoisted_out(
   assert any(c.op == "all-gather" for c in tpu_aot.collectives(program.hlo))
 
 
+_PAIRS = ((0, 4), (1, 5), (2, 6), (3, 7))
+_HALVES = ((0, 1, 2, 3), (4, 5, 6, 7))
+
+
+@pytest.mark.parametrize(("text", "groups"), [
+    ("replica_groups={{0,1,2,3},{4,5,6,7}}, use", _HALVES),
+    ("replica_groups=[2,4]<=[8], use", _HALVES),
+    ("replica_groups=[4,2]<=[2,4]T(1,0), use", _PAIRS),
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_1'}, use", _HALVES),
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, use", _PAIRS),
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=1,'axis_2'=4], device_ids=([4,2]T(1,0)) "
+     "{'axis_0'}", ((0, 1), (2, 3), (4, 5), (6, 7))),
+    ("source_target_pairs={{3,0},{7,4}}, metadata", ((3, 0), (7, 4))),
+    ("replica_groups={}, use", ())])
+def test_device_groups_reads_each_spelling_of_xla_s_groups(text, groups):
+  assert tpu_aot.device_groups(text) == groups
+
+
 def test_the_platform_switch_follows_a_tpu_mesh_on_a_cpu_host():
   mesh = make_mesh({"fsdp": -1}, tpu_aot.slice_devices("v5e-8"))
   assert current_platform() == "cpu"
@@ -137,16 +155,19 @@ TILED = dict(SMALL, hidden_size=512, intermediate_size=1536, num_heads=8, num_kv
              head_dim=128)
 
 
-@pytest.mark.parametrize(("config", "topology"), [("games_8b.py", "v5p-8"),
-                                                  ("games_lora.py", "v5e-8")])
-def test_the_decode_loop_gathers_no_weight(config, topology):
+@pytest.mark.parametrize(("config", "topology", "replica_chips"),
+                         [("games_8b.py", "v5p-8", 2), ("games_lora.py", "v5e-8", 0)])
+def test_the_decode_loop_gathers_no_weight(config, topology, replica_chips):
   """The engine samples from its own copy of the weights (engine/weights.py), split over
   the chips on every dimension but the model width: a decode step moves activations only.
   Sampling from the trainer's FSDP-sharded parameters gathered every weight ([D, F], [V, D],
-  [D, N, Hd], ...) at every step. v5p-8's 4 chips split the 4 kv heads; v5e-8's 8 chips
-  cannot, and split the cache's slots instead."""
+  [D, N, Hd], ...) at every step. v5e-8's 8 chips hold one copy and cannot split the 4 kv
+  heads: they split the cache's slots instead. On v5p-8 two replicas of 2 chips each hold a
+  copy (engine.replica_chips): every collective of the loop stays within a replica but the
+  while loops' flags (u32 scalars: whether any slot still decodes), which all chips share."""
   experiment = _experiment(config, "--config.engine.max_cache_len=1024",
-                           "--config.engine.prefill_buckets=(256,)")
+                           "--config.engine.prefill_buckets=(256,)",
+                           f"--config.engine.replica_chips={replica_chips}")
   report = compile_step_programs(experiment, topology, model_overrides=TILED,
                                  programs=("decode_block",))["decode_block"]
   d = TILED["hidden_size"]
@@ -157,6 +178,11 @@ def test_the_decode_loop_gathers_no_weight(config, topology):
   assert weight_shaped == []
   assert report.loop_collectives  # the reductions of the split matmuls' outputs
   assert max(c.bytes for c in report.loop_collectives) < d * TILED["intermediate_size"] * 2
+  if replica_chips:
+    replica = lambda group: {chip // replica_chips for chip in group}
+    across = [c for c in report.loop_collectives
+              if not c.groups or any(len(replica(g)) > 1 for g in c.groups)]
+    assert all(c.shapes == ((),) * len(c.shapes) for c in across), across
 
 
 def _entry_outputs(hlo: str) -> list[str]:
