@@ -163,6 +163,7 @@ def _as_gpu(monkeypatch) -> None:
     monkeypatch.setattr(module, "current_platform", lambda: "gpu")
 
 
+@pytest.mark.slow  # the whole script; `make test` keeps the run that skips every part
 def test_every_part_runs_on_the_emulated_gpu_path(monkeypatch, capsys):
   """The whole script as on a GPU (the platform reported as "gpu": bf16 cuDNN attention
   emulated, the Pallas decode kernel in interpret mode, remat "auto" = full) at small sizes,

@@ -9,7 +9,8 @@ checkpoints, TensorBoard events, logs and the curriculum land in the bucket, not
 made, and `python -m spade_jax.export` and `python -m spade_jax.eval run --checkpoint gs://...`
 read from there. All launches share a persistent compilation cache in the bucket, so the
 later ones mostly reuse the first one's executables. A third launch plays one step of the
-tool-use setting (the tool seeds, the real reply parser) in a local workdir. A last launch,
+tool-use setting (the tool seeds, the real reply parser) in a local workdir, where a real
+SIGTERM stops it: it saves that step and says how to go on. A last launch,
 every kept checkpoint damaged, stops in one line; falling back past one damaged step is
 tests/launch/test_multiprocess_e2e.py's, on the same emulator.
 """
@@ -102,10 +103,10 @@ def smoke_runs(tmp_path_factory, gcs):
                "--config.selfplay.library=seeds",
                "--config.selfplay.skills=('lookup','transaction')"]
   # A real SIGTERM while step 1 runs (its first compile): the run stops after step 1 and
-  # saves it although checkpoint_every says not yet; the relaunch plays step 2.
+  # saves it although checkpoint_every says not yet. (A relaunch from a checkpoint is the
+  # games launches' below; after a SIGTERM, the two-process test's in `make test-slow`.)
   preempted = sigterm_during_step_1(tool_args + ["--config.train.checkpoint_every=100"], env)
-  resumed = launch(2, tools, tool_args[-3:])
-  tool_use = {"scalars": _scalars(tensor_events(tools)), "preempted": preempted, "resumed": resumed,
+  tool_use = {"scalars": _scalars(tensor_events(tools)), "preempted": preempted,
               "log": open(os.path.join(tools, "log.txt"), encoding="utf-8").read()}
   launch(2)
   tags = ("time/sandbox_s", "train/loss", "train/kl", "train/grad_norm", "agent/return_no_hint")
@@ -174,14 +175,14 @@ def test_resume_continues_at_step_3_with_the_same_memory(smoke_runs):
 
 def test_tool_use_setting_runs_a_step_on_the_tiny_model(smoke_runs):
   tool_use = smoke_runs[2]
-  for tag in REQUIRED_TAGS:  # the learnable share when its window closes or the run ends
-    assert tool_use["scalars"][tag] == ([2] if tag == "curriculum/learnable_share" else [1, 2]
-                                        ), tag
-  assert [line.split(" | ")[0] for line in tool_use["log"].splitlines()] == ["step 1/2",
-                                                                            "step 2/2"]
+  for tag in REQUIRED_TAGS:  # the learnable share when its window closes or the run ends:
+    # the preempted run's window stays open for the relaunch
+    assert tool_use["scalars"].get(tag) == (None if tag == "curriculum/learnable_share"
+                                            else [1]), tag
+  assert [line.split(" | ")[0] for line in tool_use["log"].splitlines()] == ["step 1/2"]
 
 
-def test_sigterm_saves_the_finished_step_and_the_relaunch_goes_on_at_the_next(smoke_runs):
+def test_sigterm_saves_the_finished_step_and_says_how_to_go_on(smoke_runs):
   tool_use = smoke_runs[2]
   proc, workers = tool_use["preempted"]
   assert proc.returncode == EXIT_PREEMPTED, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -191,8 +192,8 @@ def test_sigterm_saves_the_finished_step_and_the_relaunch_goes_on_at_the_next(sm
                    " the same command resumes at step 2"], proc.stdout[-2000:]
   assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
   assert workers and not [pid for pid in workers if running(pid)], workers  # none left
-  assert _latest_host_state(workdir)[1]["steps_done"] >= 1
-  assert "starting at step 2 of 2" in tool_use["resumed"].stdout
+  step, host_state = _latest_host_state(workdir)
+  assert step == 1 and host_state["steps_done"] == 1, host_state
 
 
 def sigterm_during_step_1(args, env):
