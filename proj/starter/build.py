@@ -122,6 +122,8 @@ def load_experiment(name: str = "starter") -> Experiment:
 class Build:
   """The stages of one build directory; `run()` does what is not done yet."""
 
+  STAGES = STAGES
+
   def __init__(self, out: str | os.PathLike, size: str = "starter", *, config: str = "starter",
                minutes: float | None = None, progress: bool = True, seed: int = 0):
     if size not in SIZES:
@@ -140,7 +142,7 @@ class Build:
     self.stages.mkdir(parents=True, exist_ok=True)
     summary = {"size": self.size_name, "preset": self.size.preset,
                "compute_dtype": self.cfg.compute_dtype}
-    for name in STAGES:
+    for name in self.STAGES:
       marker = self.stages / f"{name}.done.json"
       if marker.is_file():
         summary[name] = self._verified(name, marker)
@@ -160,20 +162,23 @@ class Build:
     _write_json(self.out / "build.json", summary)
     return summary
 
+  def _stage_files(self, name: str) -> dict[str, Any]:
+    """The files a finished stage left, by fingerprint key."""
+    s = self.stages
+    return {"tokenizer": {"sha256": (s / "tokenizer").glob("*")},
+            "envs": {"sha256": [s / f for f in ENV_FILES.values()]},
+            "pretrain": {"model_sha256": (s / "pretrain_model").glob("*")},
+            "sft": {"data_sha256": [s / "sft_examples.jsonl"],
+                    "model_sha256": (s / "sft_model").glob("*")},
+            "export": {"sha256": (p for p in self.out.iterdir()
+                                  if p.is_file() and p.name != "build.json")}}[name]
+
   def _fingerprints(self, name: str) -> dict[str, str]:
     """sha256 of the files a finished stage left; the pretraining windows as an array (the
     .npz holds write times)."""
-    s = self.stages
-    files = {"tokenizer": {"sha256": (s / "tokenizer").glob("*")},
-             "envs": {"sha256": [s / f for f in ENV_FILES.values()]},
-             "pretrain": {"model_sha256": (s / "pretrain_model").glob("*")},
-             "sft": {"data_sha256": [s / "sft_examples.jsonl"],
-                     "model_sha256": (s / "sft_model").glob("*")},
-             "export": {"sha256": (p for p in self.out.iterdir()
-                                   if p.is_file() and p.name != "build.json")}}[name]
-    out = {key: _sha256_files(paths) for key, paths in files.items()}
+    out = {key: _sha256_files(paths) for key, paths in self._stage_files(name).items()}
     if name == "pretrain":
-      windows = np.load(s / "pretrain_tokens.npz")["windows"]
+      windows = np.load(self.stages / "pretrain_tokens.npz")["windows"]
       out["data_sha256"] = hashlib.sha256(np.ascontiguousarray(windows).tobytes()).hexdigest()
     return out
 
@@ -204,7 +209,7 @@ class Build:
     return {"vocab_size": tok.get_vocab_size(), "chars": sum(map(len, docs))}
 
   def tokenizer(self):
-    return load_tokenizer(self.stages / "tokenizer")
+    return load_tokenizer(self._tokenizer_dir())
 
   def _envs(self) -> dict[str, Any]:
     counts, words = {}, variants.action_words(self.tokenizer())
@@ -249,8 +254,7 @@ class Build:
     steps = self.size.sft_epochs * plan.steps_per_epoch()
     stage = StageSettings(num_steps=steps, learning_rate=self.size.sft_learning_rate,
                           warmup_steps=max(1, steps // 20), save_every=max(1, steps // 10))
-    model = from_pretrained(self.stages / "pretrain_model", dtype="float32",
-                            compute_dtype=self.cfg.compute_dtype)
+    model = from_pretrained(self._sft_base(), dtype="float32", compute_dtype=self.cfg.compute_dtype)
     result = train("sft", model, plan, stage, self.stages / "sft", mesh, progress=self.progress,
                    deadline=self.deadline, probe=repeat_test)
     if not result["stopped_early"]:
@@ -258,31 +262,20 @@ class Build:
     return {**result, "copying": repeat_test(model), "examples": roles, "kept": len(plan.tokens),
             "batches": len(plan.batches)}
 
+  def _sft_base(self) -> pathlib.Path:
+    """The model the fine-tuning stage starts from."""
+    return self.stages / "pretrain_model"
+
   def _examples(self) -> tuple[list[tuple[list[int], list[int]]], dict[str, int]]:
-    """Designer, agent and copy examples (cached in sft_examples.jsonl: playing the agent's
-    takes time)."""
+    """The fine-tuning rows (cached in sft_examples.jsonl: playing the agent's takes time)
+    and their count by role."""
     cache = self.stages / "sft_examples.jsonl"
     if not cache.is_file():
-      tok = self.tokenizer()
-      seed_variants, games = (variants.load_env_set(self.stages / ENV_FILES[kind])
-                              for kind in ("variants", "minigames"))
-      pool = run.build_pool(self.experiment)
-      try:
-        rows = (sft_data.designer_examples(games, tok, self.selfplay, seed=self.seed,
-                                           per_env=self.size.designer_per_env,
-                                           max_chars=self.experiment.corpus.max_chars)
-                + sft_data.agent_examples(seed_variants, tok, self.selfplay, pool,
-                                          seed=self.seed, resets=self.size.variant_resets)
-                + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed)
-                + sft_data.copy_examples(self.cfg.vocab_size, self.size.sft_copy_rows,
-                                         seed=self.seed))
-      finally:
-        pool.close()
+      rows = self._example_rows()
       tmp = cache.with_suffix(".tmp")
       with tmp.open("w", encoding="utf-8") as f:
-        for ex in rows:
-          f.write(json.dumps({"tokens": ex.tokens, "loss_mask": ex.loss_mask,
-                              "role": ex.role}) + "\n")
+        for row in rows:
+          f.write(json.dumps(row) + "\n")
       os.replace(tmp, cache)
     examples, roles = [], {}
     for line in cache.read_text(encoding="utf-8").splitlines():
@@ -291,15 +284,42 @@ class Build:
       roles[row["role"]] = roles.get(row["role"], 0) + 1
     return examples, roles
 
+  def _example_rows(self) -> list[dict[str, Any]]:
+    """Designer, agent and copy examples as cache rows."""
+    tok = self.tokenizer()
+    seed_variants, games = (variants.load_env_set(self.stages / ENV_FILES[kind])
+                            for kind in ("variants", "minigames"))
+    pool = run.build_pool(self.experiment)
+    try:
+      rows = (sft_data.designer_examples(games, tok, self.selfplay, seed=self.seed,
+                                         per_env=self.size.designer_per_env,
+                                         max_chars=self.experiment.corpus.max_chars)
+              + sft_data.agent_examples(seed_variants, tok, self.selfplay, pool,
+                                        seed=self.seed, resets=self.size.variant_resets)
+              + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed)
+              + sft_data.copy_examples(self.cfg.vocab_size, self.size.sft_copy_rows,
+                                       seed=self.seed))
+    finally:
+      pool.close()
+    return [_row(ex) for ex in rows]
+
   def _export(self) -> dict[str, Any]:
     model = from_pretrained(self.stages / "sft_model", dtype="float32")
     files = save_pretrained(model, self.out)
     for name in ("tokenizer.json", "tokenizer_config.json"):
-      shutil.copyfile(self.stages / "tokenizer" / name, self.out / name)
+      shutil.copyfile(self._tokenizer_dir() / name, self.out / name)
     return {"files": files}
+
+  def _tokenizer_dir(self) -> pathlib.Path:
+    return self.stages / "tokenizer"
 
   def _mesh(self):
     return make_mesh(self.experiment.mesh_shape)
+
+
+def _row(example: sft_data.SFTExample) -> dict[str, Any]:
+  """An example as a line of sft_examples.jsonl."""
+  return {"tokens": example.tokens, "loss_mask": example.loss_mask, "role": example.role}
 
 
 def _save_npz(path: pathlib.Path, **arrays: np.ndarray) -> None:

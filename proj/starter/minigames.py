@@ -21,8 +21,8 @@ import random
 import re
 import string
 
-__all__ = ["FAMILIES", "Minigame", "library", "minigame", "peek_probe", "peek_words", "stream",
-           "untold_plan"]
+__all__ = ["FAMILIES", "Minigame", "hint_carries_strategy", "library", "minigame", "peek_probe",
+           "peek_words", "stream", "untold_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -254,7 +254,9 @@ class $name:
   def reset(self, seed=None):
     rng = random.Random(seed)
     self.word = rng.choice(self.WORDS)
-    listed = ", ".join(self.WORDS)
+    order = list(self.WORDS)
+    rng.shuffle(order)  # the listing varies with the seed; the word shows only to the probe
+    listed = ", ".join(order)
     return f"$intro Reply $probe, or answer W with W one of: {listed}.", {}
 
   def step(self, action):
@@ -422,9 +424,16 @@ def untold_plan(family: str, source: str, hint: str, arm: str,
   """
   if family != "peek":
     return None
-  if (arm == "hint" and peek_probe(source) in hint) or rng.random() < UNTOLD_PROBE_SHARE:
+  if (arm == "hint" and hint_carries_strategy(family, source, hint)
+      or rng.random() < UNTOLD_PROBE_SHARE):
     return None
   return [f"answer {rng.choice(peek_words(source))}"]
+
+
+def hint_carries_strategy(family: str, source: str, hint: str) -> bool:
+  """Whether a game's hint tells a strategy the no-hint arm lacks: a peek game's hint that
+  names its probe action (every other family's hint restates a rule)."""
+  return family == "peek" and peek_probe(source) in hint
 
 
 def peek_probe(source: str) -> str:

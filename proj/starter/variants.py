@@ -239,14 +239,16 @@ def candidates(seed: int = 0, categories: Sequence[str] | None = None, *, words:
         yield env
 
 
-def minigame_candidates(seed: int = 0, categories: Sequence[str] | None = None
-                        ) -> Iterator[VariantEnv]:
+def minigame_candidates(seed: int = 0, categories: Sequence[str] | None = None,
+                        families: Sequence[str] | None = None) -> Iterator[VariantEnv]:
   """The minigame stream (minigames.py) as set candidates, skipping repeated sources and
   the loop's minigame library (so a design that copies its memory is not a training copy);
-  categories, when given, keeps the families of those skill categories only."""
+  categories / families, when given, keep the families of those skill categories / names
+  only."""
   seen = {normalise_source(g.source) for g in minigames.library()}
   for game in minigames.stream(seed):
-    if categories is not None and game.category not in categories:
+    if (categories is not None and game.category not in categories
+        or families is not None and game.family not in families):
       continue
     key = normalise_source(game.source)
     if key not in seen:
@@ -285,10 +287,11 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
                   num_workers: int = SandboxConfig.num_workers, progress: bool = True,
                   stats: dict | None = None, kind: str = "variants",
                   categories: Sequence[str] | None = None,
-                  words: Sequence[str] | None = None) -> list[VariantEnv]:
+                  words: Sequence[str] | None = None,
+                  families: Sequence[str] | None = None) -> list[VariantEnv]:
   """The first `count` valid candidates of the `kind` stream (`candidates`, whose action words
-  come from `words`, or `minigame_candidates`; of `categories` when given), written to and
-  resumed from `out_path`.
+  come from `words`, or `minigame_candidates`; of `categories` and minigame `families` when
+  given), written to and resumed from `out_path`.
 
   stats, when given, is filled with {"validated", "reused", "rejected": {rule: n}}.
   """
@@ -299,10 +302,14 @@ def build_env_set(out_path: str | os.PathLike, *, count: int = 320, seed: int = 
   unknown = sorted(set(categories or ()) - set(GAME_CATEGORIES))
   if unknown:
     raise ValueError(f"categories {unknown}: expected some of {GAME_CATEGORIES}")
+  unknown = sorted(set(families or ()) - set(minigames.FAMILIES))
+  if unknown or families is not None and kind != "minigames":
+    raise ValueError(f"families {unknown or list(families)}: minigame families are some of "
+                     f"{sorted(minigames.FAMILIES)}, for the minigames kind only")
   if kind == "variants" and not words:
     raise ValueError("variants need action words (action_words of the build's tokenizer)")
   stream = (candidates(seed, categories, words=words) if kind == "variants"
-            else minigame_candidates(seed, categories))
+            else minigame_candidates(seed, categories, families))
   start, pool = time.monotonic(), None
   try:
     while len(envs) < count:

@@ -149,6 +149,38 @@ def test_a_finished_stage_whose_files_changed_stops_the_build_with_one_line(ci_b
       "finished (data_sha256 differ); delete the marker to redo the stage"]
 
 
+def test_a_warm_start_learns_the_peek_family_and_rehearses_the_build(ci_build, tmp_path):
+  """`warm --from` the ci build: eight peek games, their designer and arm-dependent agent
+  rows plus as many rows drawn from the build's own set. The exported model's loss on the
+  new rows fell from the build's; on the rehearsed rows it stays under half of what a warm
+  start without rehearsal (`--rehearsal 0`) leaves. A second run skips every stage."""
+  out, env, _, _ = ci_build
+
+  def warm(name, *extra):
+    cmd = [sys.executable, "-m", "proj.starter", "warm", "--from", str(out), "--out",
+           str(tmp_path / name), "--config", "starter_ci", "--quiet", *extra]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return cmd, json.loads(done.stdout.strip().splitlines()[-1])
+
+  cmd, summary = warm("warm")
+  assert summary["envs"]["count"] == {"minigames": 8} and summary["envs"]["family"] == "peek"
+  rows = [json.loads(x) for x in
+          (tmp_path / "warm" / "stages" / "sft_examples.jsonl").read_text().splitlines()]
+  new = [r for r in rows if not r.get("rehearsal")]
+  old = [r for r in rows if r.get("rehearsal")]
+  assert {r["role"] for r in new} == {"designer", "agent"} and len(old) == len(new)
+  assert summary["sft"]["examples"]["rehearsal"] == len(old)
+  _, alone = warm("alone", "--rehearsal", "0")
+  assert alone["sft"]["examples"]["rehearsal"] == 0
+  assert _target_loss(tmp_path / "warm", new[:6]) < _target_loss(out, new[:6])
+  assert _target_loss(tmp_path / "warm", old[:6]) < 0.5 * _target_loss(tmp_path / "alone",
+                                                                        old[:6])
+  again = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+  assert again.returncode == 0 and json.loads(again.stdout.strip().splitlines()[-1])[
+      "sft"]["wall_s"] == summary["sft"]["wall_s"], again.stderr[-2000:]
+
+
 @pytest.fixture(scope="module")
 def ci_loop(ci_build, tmp_path_factory):
   """Two steps of configs/starter_ci.py from the ci starter: (workdir, curriculum lines,

@@ -1,0 +1,86 @@
+"""The warm start's gates (gates.py) on made-up records of the held-out split: a warm start
+that passes them all, and one change each that fails its gate alone."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from proj.starter import gates, heldout, minigames
+
+GAMES = heldout.split_games(heldout.SPLIT_SEEDS["minigames_heldout"])
+
+
+def _records(no_hint, hint):
+  """A record per game and reset seed, one episode an arm: no_hint(game, i) and
+  hint(game, i) give the returns of the i-th game of its family."""
+  out, index = [], {}
+  for uid, game in GAMES.items():
+    i = index[game.family] = index.get(game.family, -1) + 1
+    for seed in heldout.RESET_SEEDS:
+      out.append({"suite": "minigames_heldout", "id": f"{uid}/{seed}",
+                  "scores": [no_hint(game, i), hint(game, i)], "details": ["no_hint", "hint"]})
+  return out
+
+
+def _told(game):
+  return minigames.hint_carries_strategy(game.family, game.source, game.hint)
+
+
+def _hint(game, i):  # a told peek game gains 0.4 to 0.85 with its hint, an untold one nothing
+  return 0.3 + (0.4 + 0.05 * i) * _told(game) if game.family == "peek" else 0.6
+
+
+NO_HINT = lambda game, i: 0.3 if game.family == "peek" else 0.6  # noqa: E731
+WARM = _records(NO_HINT, _hint)
+SOURCE = _records(lambda game, i: 0.3 if game.family == "peek" else 0.62, _hint)
+
+
+def test_a_warm_start_that_holds_every_gate_passes():
+  result = gates.gates(WARM, WARM, SOURCE)
+  assert result["passed"], result
+  assert result["unhinted"] == pytest.approx(0.3)
+  assert result["gap_uninformative"] == pytest.approx(0.0)
+  assert result["gap_informative"] >= 0.4 and result["retest_r"] == pytest.approx(1.0)
+  assert set(result["old_drop"]) == set(minigames.FAMILIES) - {"peek"}
+  assert all(d == pytest.approx(0.02) for d in result["old_drop"].values())
+
+
+@pytest.mark.parametrize("gate", ["unhinted", "gap_informative", "gap_uninformative",
+                                  "retest_r", "old_drop"])
+def test_each_gate_fails_alone(gate):
+  warm, retest, source = WARM, WARM, SOURCE
+  if gate == "unhinted":  # hopeless without the hint: 0.1
+    warm = retest = _records(lambda g, i: 0.1 if g.family == "peek" else 0.6,
+                             lambda g, i: _hint(g, i) - 0.2 * (g.family == "peek"))
+  elif gate == "gap_informative":  # the strategy is worth 0 to 0.45, 0.225 on average
+    warm = retest = _records(NO_HINT, lambda g, i: _hint(g, i) - 0.4 * _told(g))
+  elif gate == "gap_uninformative":  # a hint that only restates the rule is worth 0.2
+    warm = retest = _records(NO_HINT, lambda g, i: _hint(g, i) + 0.2 * (
+        g.family == "peek" and not _told(g)))
+  elif gate == "retest_r":  # the second evaluation gives the untold designs the regret
+    retest = _records(NO_HINT, lambda g, i: 0.3 + 0.6 * (not _told(g))
+                      if g.family == "peek" else 0.6)
+  else:  # an old family lost 0.1
+    source = _records(lambda g, i: 0.3 if g.family == "peek" else 0.7, _hint)
+  result = gates.gates(warm, retest, source)
+  assert [name for name, held in result["held"].items() if not held] == [gate], result
+  assert not result["passed"]
+
+
+def test_the_gates_command_prints_the_result_and_fails_with_a_gate(tmp_path):
+  files = {}
+  for name, records in (("warm", WARM), ("retest", WARM), ("source", SOURCE),
+                        ("worse", _records(lambda g, i: 0.3 if g.family == "peek" else 0.7,
+                                           _hint))):
+    files[name] = tmp_path / f"{name}.jsonl"
+    files[name].write_text("".join(json.dumps(r) + "\n" for r in records))
+  run = lambda source: subprocess.run(  # noqa: E731
+      [sys.executable, "-m", "proj.starter", "gates", "--warm", str(files["warm"]),
+       "--retest", str(files["retest"]), "--source", str(files[source])],
+      capture_output=True, text=True, timeout=120)
+  passed, failed = run("source"), run("worse")
+  assert passed.returncode == 0 and json.loads(passed.stdout.splitlines()[-1])["passed"]
+  assert failed.returncode == 1, failed.stderr[-2000:]
+  assert not json.loads(failed.stdout.splitlines()[-1])["held"]["old_drop"]
