@@ -8,6 +8,9 @@ import sys
 import pytest
 
 from proj.starter import gates, heldout, minigames
+from proj.starter.__main__ import main as starter_main
+from spade_jax.model import get_preset, save_pretrained
+from spade_jax.model.testing import random_model
 
 GAMES = heldout.split_games(heldout.SPLIT_SEEDS["minigames_heldout"])
 
@@ -84,3 +87,21 @@ def test_the_gates_command_prints_the_result_and_fails_with_a_gate(tmp_path):
   assert passed.returncode == 0 and json.loads(passed.stdout.splitlines()[-1])["passed"]
   assert failed.returncode == 1, failed.stderr[-2000:]
   assert not json.loads(failed.stdout.splitlines()[-1])["held"]["old_drop"]
+
+
+def test_eval_writes_the_records_the_gates_read(tmp_path):
+  """`python -m proj.starter eval` on a random tiny model: minigames_heldout records whose ids
+  name the split's games, one episode an arm; the gates read them and, on so few, fail."""
+  ckpt = tmp_path / "tiny"
+  save_pretrained(random_model(get_preset("tiny")), ckpt)
+  out = tmp_path / "warm.jsonl"
+  assert starter_main(["eval", "--checkpoint", str(ckpt), "--tokenizer", "tiny", "--limit", "2",
+                       "--samples", "1", "--max-new-tokens", "4", "--num-slots", "4",
+                       "--max-cache-len", "1024", "--prefill-buckets", "512", "--out", str(out),
+                       "--quiet"]) == 0
+  records = gates.read_records(out)
+  assert [r["suite"] for r in records] == ["minigames_heldout"] * 2
+  assert all(r["id"].rsplit("/", 1)[0] in GAMES and sorted(r["details"]) == ["hint", "no_hint"]
+             for r in records)
+  result = gates.gates(records, records, records)
+  assert not result["passed"] and result["old_drop"]
