@@ -87,12 +87,16 @@ def launch(config: ConfigDict, workdir: str, distributed: str = "auto") -> None:
     jax.distributed.initialize(heartbeat_timeout_seconds=HEARTBEAT_TIMEOUT_S,
                                **distributed_args(os.environ))
   from spade_jax import run  # pylint: disable=import-outside-toplevel
-  from spade_jax.model.sharding import make_mesh  # pylint: disable=import-outside-toplevel
+  from spade_jax.model import sharding  # pylint: disable=import-outside-toplevel
   try:
-    mesh = make_mesh(experiment.mesh_shape)  # fails now if the slice does not fit the mesh
+    mesh = sharding.make_mesh(experiment.mesh_shape)  # fails now if the slice does not fit the mesh
   except ValueError as err:
     raise config_schema.ConfigError(f"config.mesh: {err} (an axis of -1 takes every device)"
                                   ) from None
+  try:
+    sharding.engine_mesh(mesh, experiment.engine.replica_chips)  # or its replicas do not split it
+  except ValueError as err:
+    raise config_schema.ConfigError(f"config.{err}") from None
   print(f"process {jax.process_index()}/{jax.process_count()}: mesh {dict(mesh.shape)}, "
         f"workdir {workdir}", flush=True)
   use_compilation_cache(compilation_cache_dir(experiment.train.compilation_cache_dir, workdir))

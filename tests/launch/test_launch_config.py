@@ -289,3 +289,8 @@ def test_mesh_that_does_not_fit_the_devices_fails_at_start(tmp_path):
   config, _, _ = _parse("--config=smoke.py", "--config.mesh.fsdp=3")  # the session has 8
   with pytest.raises(config_schema.ConfigError, match=r"config.mesh: .*needs 3 devices"):
     tpu_run.launch(config, os.fspath(tmp_path))
+  config, _, _ = _parse("--config=smoke.py", "--config.mesh.fsdp=-1",
+                        "--config.engine.replica_chips=3")
+  with pytest.raises(config_schema.ConfigError, match=r"^config.engine.replica_chips=3 must "
+                                                      r"divide the mesh's 8 chips"):
+    tpu_run.launch(config, os.fspath(tmp_path))
