@@ -2,8 +2,6 @@
 that passes them all, and one change each that fails its gate alone."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -72,23 +70,21 @@ def test_each_gate_fails_alone(gate):
   assert not result["passed"]
 
 
-def test_the_gates_command_prints_the_result_and_fails_with_a_gate(tmp_path):
+def test_the_gates_command_prints_the_result_and_fails_with_a_gate(tmp_path, capsys):
   files = {}
   for name, records in (("warm", WARM), ("retest", WARM), ("source", SOURCE),
                         ("worse", _records(lambda g, i: 0.3 if g.family == "peek" else 0.7,
                                            _hint))):
     files[name] = tmp_path / f"{name}.jsonl"
     files[name].write_text("".join(json.dumps(r) + "\n" for r in records))
-  run = lambda source: subprocess.run(  # noqa: E731
-      [sys.executable, "-m", "proj.starter", "gates", "--warm", str(files["warm"]),
-       "--retest", str(files["retest"]), "--source", str(files[source])],
-      capture_output=True, text=True, timeout=120)
-  passed, failed = run("source"), run("worse")
-  assert passed.returncode == 0 and json.loads(passed.stdout.splitlines()[-1])["passed"]
-  assert failed.returncode == 1, failed.stderr[-2000:]
-  assert not json.loads(failed.stdout.splitlines()[-1])["held"]["old_drop"]
+  for source, code in (("source", 0), ("worse", 1)):
+    assert starter_main(["gates", "--warm", str(files["warm"]), "--retest",
+                         str(files["retest"]), "--source", str(files[source])]) == code
+    printed = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert printed["passed"] is (code == 0) and printed["held"]["old_drop"] is (code == 0)
 
 
+@pytest.mark.slow  # an evaluation run; tests/eval/test_eval_run.py runs one in `make test`
 def test_eval_writes_the_records_the_gates_read(tmp_path):
   """`python -m proj.starter eval` on a random tiny model: minigames_heldout records whose ids
   name the split's games, one episode an arm; the gates read them and, on so few, fail."""

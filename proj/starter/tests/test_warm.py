@@ -3,12 +3,11 @@ refusals (the warm start itself runs from the CI build in test_build.py, `make t
 
 import itertools
 import json
-import subprocess
-import sys
 
 import pytest
 
 from proj.starter import variants, warm
+from proj.starter.__main__ import main as starter_main
 
 OLD = [{"tokens": [i], "loss_mask": [1], "role": "agent"} for i in range(40)]
 
@@ -40,21 +39,17 @@ def test_the_minigame_stream_keeps_the_named_families_only():
     variants.build_env_set("unused.jsonl", kind="variants", families=("peek",), words=("go",))
 
 
-def _warm(*args):
-  return subprocess.run([sys.executable, "-m", "proj.starter", "warm", *args],
-                        capture_output=True, text=True, timeout=120)
-
-
-def test_warm_refuses_a_directory_that_is_no_build_and_a_bad_share_in_one_line(tmp_path):
-  proc = _warm("--from", str(tmp_path / "none"), "--out", str(tmp_path / "w"))
-  assert proc.returncode == 2 and proc.stderr.splitlines() == [
+def test_warm_refuses_a_directory_that_is_no_build_and_a_bad_share_in_one_line(tmp_path,
+                                                                             capsys):
+  assert starter_main(["warm", "--from", str(tmp_path / "none"), "--out",
+                       str(tmp_path / "w")]) == 2
+  assert capsys.readouterr().err.splitlines() == [
       f"error: --from {tmp_path / 'none'}: not a finished starter build (no config.json and "
-      "build.json)"], proc.stderr
+      "build.json)"]
   built = tmp_path / "built"
   built.mkdir()
   (built / "config.json").write_text("{}")
   (built / "build.json").write_text(json.dumps({"size": "ci"}))
-  proc = _warm("--from", str(built), "--out", str(tmp_path / "w"), "--rehearsal", "1.5",
-               "--config", "starter_ci")
-  assert proc.returncode == 2 and proc.stderr.splitlines() == [
-      "error: --rehearsal 1.5: a share in [0, 1)"], proc.stderr
+  assert starter_main(["warm", "--from", str(built), "--out", str(tmp_path / "w"),
+                       "--rehearsal", "1.5", "--config", "starter_ci"]) == 2
+  assert capsys.readouterr().err.splitlines() == ["error: --rehearsal 1.5: a share in [0, 1)"]
