@@ -28,19 +28,16 @@ import sys
 from collections.abc import Sequence
 
 import jax
-import numpy as np
 from absl import flags
 from flax import nnx
 
 from spade_jax import config_schema
-from spade_jax.engine.capacity import largest_append
-from spade_jax.engine.config import EngineConfig
 from spade_jax.experiment import Experiment
 from spade_jax.model import Qwen3, lora
-from spade_jax.model.attention import KEY_BLOCK, QUERY_BLOCK
 from spade_jax.model.attention_impl import resolve_attention_impl
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.train_attention import DEFAULT_BLOCK, MAX_BLOCKS
+from spade_jax.plan_engine import dtype_bytes, engine_memory
 from spade_jax.rl.step_inputs import bounded_shape
 
 GIB = 1024 ** 3
@@ -69,10 +66,6 @@ def parse_topology(name: str) -> tuple[Chip, int]:
                                     f"in {sorted(CHIPS)}, e.g. v5p-64")
   chip = CHIPS[m[1]]
   return chip, max(1, int(m[2]) // chip.cores_per_chip)
-
-
-def _bytes(dtype: str) -> int:
-  return np.dtype(jax.numpy.dtype(dtype)).itemsize
 
 
 @functools.cache
@@ -121,7 +114,7 @@ def attention_pairs(t: int) -> int:
   return block * block * n * (n + 1) // 2
 
 
-def attention_residual_bytes(cfg: ModelConfig, t: int, kernel: str) -> int:
+def attention_residualdtype_bytes(cfg: ModelConfig, t: int, kernel: str) -> int:
   """Bytes the uncached attention `kernel` (attention_impl.py) keeps for its backward per row
   of length t, beyond q, k, v and the output: the blocked kernel (CPU) the float32
   probabilities of every head and the float32 mask bias of each kv group per query-key pair;
@@ -135,7 +128,7 @@ def attention_residual_bytes(cfg: ModelConfig, t: int, kernel: str) -> int:
   return 4 * h * t
 
 
-def layer_activation_bytes(cfg: ModelConfig, t: int, kernel: str = "blocked") -> int:
+def layer_activationdtype_bytes(cfg: ModelConfig, t: int, kernel: str = "blocked") -> int:
   """Bytes one decoder layer keeps for its backward pass, per row of length t.
 
   Per token, in the compute dtype: six D-wide arrays (layer input, the two norm outputs,
@@ -145,13 +138,13 @@ def layer_activation_bytes(cfg: ModelConfig, t: int, kernel: str = "blocked") ->
   (`attention_residual_bytes`). With LoRA each adapted projection also keeps its `[T, r]`
   product `x A`.
   """
-  c = _bytes(cfg.compute_dtype)
+  c = dtype_bytes(cfg.compute_dtype)
   d, hd = cfg.hidden_size, cfg.head_dim
   mlp = (4 * cfg.num_experts_per_tok * cfg.moe_intermediate_size + cfg.num_experts
          if cfg.is_moe else 4 * cfg.intermediate_size)
   per_token = c * (6 * d + 4 * (cfg.num_heads + 2 * cfg.num_kv_heads) * hd + mlp)
   per_token += c * cfg.lora_rank * len(lora.target_names(cfg)) if cfg.lora_rank else 0  # x A
-  return t * per_token + attention_residual_bytes(cfg, t, kernel)
+  return t * per_token + attention_residualdtype_bytes(cfg, t, kernel)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,17 +182,17 @@ def train_memory(cfg: ModelConfig, *, rows: int, micro_batch: int, t: int, loss_
   The attention's residuals are those of the kernel `platform` resolves to."""
   total, _ = parameter_counts(cfg)
   trained = trained_count(cfg)
-  p = _bytes(cfg.param_dtype)
+  p = dtype_bytes(cfg.param_dtype)
   r = -(-micro_batch // dp)  # rows of one micro-batch on one chip
-  layer = layer_activation_bytes(
+  layer = layer_activationdtype_bytes(
       cfg, t, resolve_attention_impl(cfg.attention_impl, cfg.compute_dtype, platform))
   # The chunks' softmax residuals (f32), or one chunk's logits and their gradient.
   positions = loss_positions if logprob_chunk is None else 2 * logprob_chunk
   logits = r * positions * cfg.vocab_size * 4
-  inputs = cfg.num_layers * r * t * cfg.hidden_size * _bytes(cfg.compute_dtype)
+  inputs = cfg.num_layers * r * t * cfg.hidden_size * dtype_bytes(cfg.compute_dtype)
   padded_rows = -(-rows // micro_batch) * micro_batch
   layer_params, layer_trained = layer_counts(cfg)
-  gathered = layer_params * _bytes(cfg.compute_dtype) + layer_trained * 4
+  gathered = layer_params * dtype_bytes(cfg.compute_dtype) + layer_trained * 4
   return TrainMemory(
       params=total * p // model_shards, opt_state=2 * trained * p // model_shards,
       reference=total * p // model_shards if beta > 0 and not cfg.lora_rank else 0,
@@ -278,19 +271,9 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
                        beta=beta, dp=dp, model_shards=chips // mesh.get("data", 1),
                        logprob_chunk=rl.logprob_chunk if rl.logprob_remat else None,
                        platform="tpu")
-  replicas = engine_replicas(experiment.engine, chips, mesh.get("data", 1))
-  kv_shards = kv_cache_shards(experiment.engine.num_slots, cfg.num_kv_heads, replicas,
-                              chips // replicas)
-  # Every slot holds the longest row plus room for one more prefill piece (engine/slot_engine).
-  entries = t + experiment.engine.prefill_buckets[-1]
-  kv = (experiment.engine.num_slots * entries * cfg.num_layers * 2 * cfg.num_kv_heads
-        * cfg.head_dim * _bytes(cfg.compute_dtype)) // kv_shards
-  # The engine's copy: the compute dtype where narrower, split over a replica's chips.
-  copy = min(_bytes(cfg.param_dtype), _bytes(cfg.compute_dtype))
-
-  decode, append = rollout_transients(cfg, experiment.engine, s.num_envs, replicas,
-                                      chips // replicas, kv)
-  _, active = parameter_counts(cfg)
+  total, active = parameter_counts(cfg)
+  engine = engine_memory(cfg, experiment.engine, chips, mesh.get("data", 1), total,
+                         s.num_envs)
   episodes = s.num_envs * 2 * s.group_size
   agent_tokens = episodes * min(t, prompt_tokens + s.max_turns * s.agent_sampling.max_new_tokens)
   designer_tokens = -(-s.num_envs // s.k) * (prompt_tokens + s.designer_sampling.max_new_tokens)
@@ -299,70 +282,13 @@ def make_plan(experiment: Experiment, chip: Chip, chips: int, *, prompt_tokens: 
   # Forward, input gradients, weight gradients (none for a frozen LoRA base), reference.
   passes = (2 if cfg.lora_rank else 3) + (1 if beta > 0 else 0) + (cfg.remat != "none")
   return Plan(chips=chips, micro_batch=micro_batch, hbm_bytes=chip.hbm_bytes, train=train,
-              kv_cache=kv,
+              kv_cache=engine.kv_cache,
               rollout_flops=(agent_tokens + designer_tokens) * per_token,
               train_flops=rows * t * passes * per_token, peak_flops=chip.peak_flops,
               lora_rank=cfg.lora_rank, trained=trained_count(cfg),
-              engine_weights=parameter_counts(cfg)[0] * copy // (chips // replicas),
-              engine_replicas=replicas,
-              decode_transient=decode, append_transient=append)
-
-
-def engine_replicas(engine: EngineConfig, chips: int, data: int) -> int:
-  """Copies of the engine's weights on `chips` chips (model.sharding.engine_mesh): one per
-  group of `engine.replica_chips` chips (one in all on fewer chips), else one per row of
-  the trainer's `data` axis."""
-  if not engine.replica_chips:
-    return data
-  group = min(engine.replica_chips, chips)
-  if chips % group:
-    raise config_schema.ConfigError(f"engine.replica_chips={engine.replica_chips} must divide "
-                                    f"the slice's {chips} chips")
-  return chips // group
-
-
-def _split(n: int, ways: int) -> int:
-  """A dimension of size n per chip under the inference rules: split where it divides."""
-  return n // ways if n % ways == 0 else n
-
-
-def rollout_transients(cfg: ModelConfig, engine: EngineConfig, prompts: int, replicas: int,
-                       model: int, kv: int) -> tuple[int, int]:
-  """(decode, append): bytes per chip the engine's programs hold beside their arguments, as
-  XLA's TPU compiler lays them out (heads, MLP and vocabulary split over a replica's `model`
-  chips, rows over the replicas: sharding.INFERENCE_RULES).
-
-  A decode block takes one layer's keys (or values) out of the stacked cache, writes them and
-  puts them back (model/attention.py): 1 / (2 layers) of the cache `kv`; and samples from f32
-  logits of every slot. The largest append (`largest_append`: the designer prompts' first
-  pieces) holds, in its widest layer, the keys and values it reads (padded to the key block),
-  one block of f32 scores per query block, the tokens' D-wide activations (three in the
-  compute dtype, two f32 partial sums of the row-parallel projections) and three MLP-wide
-  arrays.
-  """
-  c = _bytes(cfg.compute_dtype)
-  slots = _split(engine.num_slots, replicas)
-  decode = kv // (2 * cfg.num_layers) + 2 * slots * _split(cfg.vocab_size, model) * 4
-  rows, t, length = largest_append(engine, prompts, replicas)
-  tokens = _split(rows, replicas) * t
-  kv_heads, q_heads = _split(cfg.num_kv_heads, model), _split(cfg.num_heads, model)
-  keys = -(-length // KEY_BLOCK) * KEY_BLOCK
-  width = (cfg.num_experts_per_tok * cfg.moe_intermediate_size if cfg.is_moe
-           else cfg.intermediate_size)
-  append = (2 * _split(rows, replicas) * kv_heads * keys * cfg.head_dim * c
-            + _split(rows, replicas) * q_heads * min(t, QUERY_BLOCK) * KEY_BLOCK * 4
-            + tokens * cfg.hidden_size * (3 * c + 2 * 4)
-            + 3 * tokens * _split(width, model) * c)
-  return decode, append
-
-
-def kv_cache_shards(slots: int, kv_heads: int, replicas: int, model: int) -> int:
-  """Ways the engine's KV cache splits (sharding.INFERENCE_RULES): its kv heads over the
-  `model` chips of a replica where they divide them, its slots over the replicas and, when
-  the heads do not split, over the model chips too (each where it divides the slots)."""
-  heads = model if kv_heads % model == 0 else 1
-  rows = replicas * model // heads
-  return heads * (rows if slots % rows == 0 else replicas if slots % replicas == 0 else 1)
+              engine_weights=engine.weights, engine_replicas=engine.replicas,
+              decode_transient=engine.decode_transient,
+              append_transient=engine.append_transient)
 
 
 def report(plan: Plan, name: str, mfu: float) -> str:

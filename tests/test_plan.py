@@ -144,5 +144,5 @@ def test_engine_replicas_hold_a_copy_each_and_share_the_slots():
   assert plans[4].rollout_total <= chip.hbm_bytes
   config.engine.replica_chips = 3
   with pytest.raises(config_schema.ConfigError,
-                     match=r"^engine.replica_chips=3 must divide the slice's 32 chips$"):
+                     match=r"^engine.replica_chips=3 must divide the mesh's 32 chips"):
     make_plan(config_schema.validate(config, files=False), chip, chips)

@@ -123,6 +123,16 @@ def make_mesh(mesh_cfg: Mapping[str, int], devices: Sequence[jax.Device] | None 
                        devices=devices)
 
 
+def replica_count(chips: int, replica_chips: int) -> int:
+  """Replicas of the engine's weights on `chips` chips in groups of `replica_chips` (one
+  over all of them on fewer chips); ValueError when the groups do not split the chips."""
+  group = min(replica_chips, chips)
+  if replica_chips < 1 or chips % group:
+    raise ValueError(f"engine.replica_chips={replica_chips} must divide the mesh's {chips} "
+                     "chips (0: one copy over all of them)")
+  return chips // group
+
+
 def engine_mesh(mesh: Mesh, replica_chips: int) -> Mesh:
   """The engine's mesh on `mesh`'s devices: groups of `replica_chips` chips, consecutive in
   the mesh's device order (ICI neighbours for `make_mesh`'s meshes), each holding a whole
@@ -133,11 +143,8 @@ def engine_mesh(mesh: Mesh, replica_chips: int) -> Mesh:
   if replica_chips == 0:
     return mesh
   chips = mesh.devices.size
-  group = min(replica_chips, chips)
-  if replica_chips < 0 or chips % group:
-    raise ValueError(f"engine.replica_chips={replica_chips} must divide the mesh's {chips} "
-                     "chips (0: one copy over all of them)")
-  shape = (chips // group, 1, group, 1)  # MESH_AXES: data, fsdp, tensor, expert
+  replicas = replica_count(chips, replica_chips)
+  shape = (replicas, 1, chips // replicas, 1)  # MESH_AXES: data, fsdp, tensor, expert
   return Mesh(mesh.devices.reshape(shape), MESH_AXES, axis_types=(AxisType.Auto,) * 4)
 
 
