@@ -72,7 +72,7 @@ def main(argv=None) -> int:
   try:
     return _run(args)
   except (FileNotFoundError, CheckpointError, ConfigError, build.DamagedStage,
-          warm.ShareError) as err:
+          warm.ShareError, gates.RecordsError) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
 

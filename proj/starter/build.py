@@ -281,7 +281,9 @@ class Build:
     for line in cache.read_text(encoding="utf-8").splitlines():
       row = json.loads(line)
       examples.append((row["tokens"], row["loss_mask"]))
-      roles[row["role"]] = roles.get(row["role"], 0) + 1
+      # A warm start's rows drawn from its build count as "rehearsal" too (warm.py).
+      for key in (row["role"], "rehearsal") if row.get("rehearsal") else (row["role"],):
+        roles[key] = roles.get(key, 0) + 1
     return examples, roles
 
   def _example_rows(self) -> list[dict[str, Any]]:

@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 
 from proj.starter import heldout, minigames
+from spade_jax.eval.suite import ItemRecord
+from spade_jax.eval.suites.seed_games import arm_mean
 
 UNHINTED = (0.2, 0.55)
 MIN_GAP = 0.3
@@ -33,20 +35,26 @@ MIN_RETEST = 0.5
 MAX_DROP = 0.03
 
 
-def read_records(path: str | pathlib.Path) -> list[dict[str, Any]]:
-  """The records of one evaluation file (one JSON object a line)."""
-  return [json.loads(line) for line in pathlib.Path(path).read_text().splitlines() if line]
+class RecordsError(ValueError):
+  """An evaluation file that cannot be read as records."""
 
 
-def _arm_mean(record: dict[str, Any], arm: str) -> float | None:
-  values = [s for s, a in zip(record["scores"], record["details"], strict=True) if a == arm]
-  return float(np.mean(values)) if values and None not in values else None
+def read_records(path: str | pathlib.Path) -> list[ItemRecord]:
+  """The records of one evaluation file (one JSON object a line, as `eval --out` writes)."""
+  records = []
+  for n, line in enumerate(pathlib.Path(path).read_text().splitlines(), 1):
+    try:
+      row = json.loads(line)
+      records.append(ItemRecord(**{k: v for k, v in row.items() if k != "suite"}))
+    except (ValueError, TypeError) as err:
+      raise RecordsError(f"{path}:{n}: not an evaluation record ({err})") from None
+  return records
 
 
-def _by_game(records: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-  out: dict[str, list[dict[str, Any]]] = {}
+def _by_game(records: list[ItemRecord]) -> dict[str, list[ItemRecord]]:
+  out: dict[str, list[ItemRecord]] = {}
   for r in records:
-    out.setdefault(r["id"].rsplit("/", 1)[0], []).append(r)
+    out.setdefault(r.id.rsplit("/", 1)[0], []).append(r)
   return out
 
 
@@ -55,22 +63,22 @@ def _mean(values: list[float | None]) -> float | None:
   return float(np.mean(kept)) if kept else None
 
 
-def _gap(records: list[dict[str, Any]]) -> float | None:
+def _gap(records: list[ItemRecord]) -> float | None:
   """Mean hint-minus-no-hint return over records scored in both arms."""
-  pairs = [(_arm_mean(r, "hint"), _arm_mean(r, "no_hint")) for r in records]
+  pairs = [(arm_mean(r, "hint"), arm_mean(r, "no_hint")) for r in records]
   return _mean([h - n for h, n in pairs if h is not None and n is not None])
 
 
-def _no_hint(records: list[dict[str, Any]]) -> float | None:
-  return _mean([_arm_mean(r, "no_hint") for r in records])
+def _no_hint(records: list[ItemRecord]) -> float | None:
+  return _mean([arm_mean(r, "no_hint") for r in records])
 
 
 def _told(game: minigames.Minigame) -> bool:
   return minigames.hint_carries_strategy(game.family, game.source, game.hint)
 
 
-def gates(warm: list[dict[str, Any]], retest: list[dict[str, Any]],
-          source: list[dict[str, Any]], *, family: str = "peek",
+def gates(warm: list[ItemRecord], retest: list[ItemRecord],
+          source: list[ItemRecord], *, family: str = "peek",
           split: str = "minigames_heldout") -> dict[str, Any]:
   """Every gate's figure and verdict; "passed" when all hold. `warm` and `retest`: the warm
   start's records at two sampling seeds; `source`: the build it started from."""

@@ -35,12 +35,16 @@ class ShareError(ValueError):
   """A rehearsal share outside [0, 1)."""
 
 
+def check_share(share: float) -> None:
+  if not 0 <= share < 1:
+    raise ShareError(f"--rehearsal {share}: a share in [0, 1)")
+
+
 def rehearsal_rows(old: list[dict[str, Any]], new: int, share: float, seed: int
                    ) -> list[dict[str, Any]]:
   """Rows drawn from `old` (seeded, without replacement, in their order) so that they are
   `share` of them plus `new` rows: round(share / (1 - share) * new), at most all of `old`."""
-  if not 0 <= share < 1:
-    raise ShareError(f"--rehearsal {share}: a share in [0, 1)")
+  check_share(share)
   want = min(len(old), round(share / (1 - share) * new))
   picks = derive_rng(seed, "starter-rehearsal").choice(len(old), size=want, replace=False)
   return [{**old[i], "rehearsal": True} for i in sorted(picks)]
@@ -54,6 +58,7 @@ class WarmStart(build.Build):
   def __init__(self, out, source, *, family: str = "peek", rehearsal: float = 0.5,
                config: str = "starter", minutes: float | None = None, progress: bool = True,
                seed: int = 0):
+    check_share(rehearsal)
     self.source = pathlib.Path(source).absolute()
     summary = self.source / "build.json"
     if not (self.source / "config.json").is_file() or not summary.is_file():
@@ -63,7 +68,6 @@ class WarmStart(build.Build):
     super().__init__(out, size, config=config, minutes=minutes, progress=progress, seed=seed)
     self.size = dataclasses.replace(self.size, **WARM_SIZES[size])
     self.family, self.rehearsal = family, rehearsal
-    rehearsal_rows([], 0, rehearsal, seed)  # an out-of-range share stops here, in one line
 
   def _stage_files(self, name: str) -> dict[str, Any]:
     if name == "envs":
@@ -100,11 +104,3 @@ class WarmStart(build.Build):
     cache = self.source / "stages" / "sft_examples.jsonl"
     old = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
     return new + rehearsal_rows(old, len(new), self.rehearsal, self.seed)
-
-  def _examples(self):
-    examples, roles = super()._examples()
-    cache = self.stages / "sft_examples.jsonl"
-    roles["rehearsal"] = sum(1 for line in cache.read_text(encoding="utf-8").splitlines()
-                             if json.loads(line).get("rehearsal"))
-    return examples, roles
-

@@ -7,6 +7,7 @@ import pytest
 
 from proj.starter import gates, heldout, minigames
 from proj.starter.__main__ import main as starter_main
+from spade_jax.eval.suite import ItemRecord
 from spade_jax.model import get_preset, save_pretrained
 from spade_jax.model.testing import random_model
 
@@ -20,8 +21,9 @@ def _records(no_hint, hint):
   for uid, game in GAMES.items():
     i = index[game.family] = index.get(game.family, -1) + 1
     for seed in heldout.RESET_SEEDS:
-      out.append({"suite": "minigames_heldout", "id": f"{uid}/{seed}",
-                  "scores": [no_hint(game, i), hint(game, i)], "details": ["no_hint", "hint"]})
+      out.append(ItemRecord(f"{uid}/{seed}", None, ["", ""], [None, None],
+                            [no_hint(game, i), hint(game, i)], None,
+                            details=["no_hint", "hint"]))
   return out
 
 
@@ -76,7 +78,8 @@ def test_the_gates_command_prints_the_result_and_fails_with_a_gate(tmp_path, cap
                         ("worse", _records(lambda g, i: 0.3 if g.family == "peek" else 0.7,
                                            _hint))):
     files[name] = tmp_path / f"{name}.jsonl"
-    files[name].write_text("".join(json.dumps(r) + "\n" for r in records))
+    files[name].write_text("".join(json.dumps(r.to_json("minigames_heldout")) + "\n"
+                                   for r in records))
   for source, code in (("source", 0), ("worse", 1)):
     assert starter_main(["gates", "--warm", str(files["warm"]), "--retest",
                          str(files["retest"]), "--source", str(files[source])]) == code
@@ -95,9 +98,21 @@ def test_eval_writes_the_records_the_gates_read(tmp_path):
                        "--samples", "1", "--max-new-tokens", "4", "--num-slots", "4",
                        "--max-cache-len", "1024", "--prefill-buckets", "512", "--out", str(out),
                        "--quiet"]) == 0
+  assert [json.loads(x)["suite"] for x in out.read_text().splitlines()] == [
+      "minigames_heldout"] * 2
   records = gates.read_records(out)
-  assert [r["suite"] for r in records] == ["minigames_heldout"] * 2
-  assert all(r["id"].rsplit("/", 1)[0] in GAMES and sorted(r["details"]) == ["hint", "no_hint"]
+  assert all(r.id.rsplit("/", 1)[0] in GAMES and sorted(r.details) == ["hint", "no_hint"]
              for r in records)
   result = gates.gates(records, records, records)
   assert not result["passed"] and result["old_drop"]
+
+
+def test_a_damaged_records_file_is_one_line(tmp_path, capsys):
+  good = tmp_path / "warm.jsonl"
+  good.write_text(json.dumps(WARM[0].to_json("minigames_heldout")) + "\n")
+  bad = tmp_path / "source.jsonl"
+  bad.write_text(json.dumps(WARM[0].to_json("minigames_heldout")) + "\n{\"id\": \"cut\n")
+  assert starter_main(["gates", "--warm", str(good), "--retest", str(good), "--source",
+                       str(bad)]) == 2
+  err = capsys.readouterr().err.splitlines()
+  assert len(err) == 1 and err[0].startswith(f"error: {bad}:2: not an evaluation record ("), err

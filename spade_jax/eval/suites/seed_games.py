@@ -102,13 +102,13 @@ class HeldoutGames(Suite):
                           [[game_action(r) for r in ep["replies"]]
                            for ep in responses[i]], scores, None, item.reference, arms)
       if None not in scores:
-        record.score = _arm_mean(record, "no_hint")
+        record.score = arm_mean(record, "no_hint")
       records.append(record)
     return records
 
   def summarize(self, records: Sequence[ItemRecord]) -> stats.Summary:
     summary = super().summarize(records)
-    hinted = [_arm_mean(r, "hint") for r in records if r.score is not None]
+    hinted = [arm_mean(r, "hint") for r in records if r.score is not None]
     hinted = [h for h in hinted if h is not None]
     if hinted:
       summary.extra["return_with_hint"] = stats.mean_stderr(hinted)[0]
@@ -128,7 +128,8 @@ def arm_scores(record: ItemRecord, arm: str) -> list[float | None]:
   return [s for s, a in zip(record.scores, record.details, strict=True) if a == arm]
 
 
-def _arm_mean(record: ItemRecord, arm: str) -> float | None:
+def arm_mean(record: ItemRecord, arm: str) -> float | None:
+  """The mean return of a record's episodes in `arm`; None if one is unscored or none ran."""
   values = arm_scores(record, arm)
   return sum(values) / len(values) if values and None not in values else None
 
