@@ -303,7 +303,7 @@ class Build:
                                        seed=self.seed))
     finally:
       pool.close()
-    return [_row(ex) for ex in rows]
+    return [cache_row(ex) for ex in rows]
 
   def _export(self) -> dict[str, Any]:
     model = from_pretrained(self.stages / "sft_model", dtype="float32")
@@ -319,7 +319,7 @@ class Build:
     return make_mesh(self.experiment.mesh_shape)
 
 
-def _row(example: sft_data.SFTExample) -> dict[str, Any]:
+def cache_row(example: sft_data.SFTExample) -> dict[str, Any]:
   """An example as a line of sft_examples.jsonl."""
   return {"tokens": example.tokens, "loss_mask": example.loss_mask, "role": example.role}
 

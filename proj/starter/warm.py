@@ -100,7 +100,7 @@ class WarmStart(build.Build):
               + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed))
     finally:
       pool.close()
-    new = [build._row(ex) for ex in rows]
+    new = [build.cache_row(ex) for ex in rows]
     cache = self.source / "stages" / "sft_examples.jsonl"
     old = [json.loads(line) for line in cache.read_text(encoding="utf-8").splitlines()]
     return new + rehearsal_rows(old, len(new), self.rehearsal, self.seed)
