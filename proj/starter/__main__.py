@@ -43,6 +43,9 @@ def main(argv=None) -> int:
   b.add_argument("--config", default="starter",
                  help="config rendering the prompts: one of configs/ here by name, or a path")
   b.add_argument("--seed", type=int, default=0)
+  b.add_argument("--without", action="append", default=[], choices=sorted(minigames.FAMILIES),
+                 help="leave this minigame family out of the fine-tuning set (repeatable): "
+                 "the source of a `warm` start on it")
   b.add_argument("--quiet", action="store_true", help="no progress bars")
   w = verbs.add_parser("warm", help="fine-tune a built starter further on one minigame family")
   w.add_argument("--from", dest="source", required=True, help="a finished build's --out")
@@ -80,7 +83,8 @@ def main(argv=None) -> int:
 def _run(args: argparse.Namespace) -> int:
   if args.verb == "build":
     result = build.Build(args.out, args.size, config=args.config, minutes=args.minutes,
-                         progress=not args.quiet, seed=args.seed).run()
+                         progress=not args.quiet, seed=args.seed,
+                         without=tuple(args.without)).run()
     print(json.dumps(result))
     return 0
   if args.verb == "gates":

@@ -31,6 +31,7 @@ from proj.starter import copy_circuit, pretrain_text, registry, sft_data, tokeni
 from proj.starter.batches import BucketPlan, WindowPlan
 from proj.starter.copy_test import repeat_test
 from proj.starter.lm_step import batch_multiple
+from proj.starter.minigames import FAMILIES as MINIGAME_FAMILIES
 from proj.starter.train_stage import StageSettings, train
 from spade_jax import config_schema, run
 from spade_jax.experiment import Experiment
@@ -125,9 +126,16 @@ class Build:
   STAGES = STAGES
 
   def __init__(self, out: str | os.PathLike, size: str = "starter", *, config: str = "starter",
-               minutes: float | None = None, progress: bool = True, seed: int = 0):
+               minutes: float | None = None, progress: bool = True, seed: int = 0,
+               without: tuple[str, ...] = ()):
     if size not in SIZES:
       raise ValueError(f"--size {size!r}: expected one of {sorted(SIZES)}")
+    unknown = sorted(set(without) - set(MINIGAME_FAMILIES))
+    if unknown:
+      raise ValueError(f"--without {unknown}: minigame families are {sorted(MINIGAME_FAMILIES)}")
+    # Minigame families left out of the fine-tuning set: a build that a warm start (warm.py)
+    # then teaches them to, as issue 49 asks of the peek family.
+    self.without = tuple(sorted(set(without)))
     self.out = pathlib.Path(out).absolute()
     self.stages = self.out / "stages"
     self.size, self.size_name = SIZES[size], size
@@ -141,11 +149,12 @@ class Build:
   def run(self) -> dict[str, Any]:
     self.stages.mkdir(parents=True, exist_ok=True)
     summary = {"size": self.size_name, "preset": self.size.preset,
-               "compute_dtype": self.cfg.compute_dtype}
+               "compute_dtype": self.cfg.compute_dtype, "without": list(self.without)}
     for name in self.STAGES:
       marker = self.stages / f"{name}.done.json"
       if marker.is_file():
         summary[name] = self._verified(name, marker)
+        self._check_without(name, summary[name], marker)
         self._say(f"stage {name}: done before, skipped")
         continue
       began = time.time()
@@ -192,6 +201,12 @@ class Build:
                          f"({', '.join(changed)} differ); delete the marker to redo the stage")
     return recorded
 
+  def _check_without(self, name: str, recorded: dict[str, Any], marker: pathlib.Path) -> None:
+    """A finished envs stage left out the families this run leaves out."""
+    if name == "envs" and recorded.get("without", []) != list(self.without):
+      raise DamagedStage(f"{marker}: stage envs was built --without {recorded.get('without', [])}"
+                         f", this run asks --without {list(self.without)}: use another --out")
+
   def _say(self, text: str) -> None:
     if self.progress:
       print(text, file=sys.stderr, flush=True)
@@ -213,14 +228,16 @@ class Build:
 
   def _envs(self) -> dict[str, Any]:
     counts, words = {}, variants.action_words(self.tokenizer())
+    families = [f for f in MINIGAME_FAMILIES if f not in self.without] if self.without else None
     for kind, count in (("variants", self.size.env_count),
                         ("minigames", self.size.minigame_count)):
       envs = variants.build_env_set(self.stages / ENV_FILES[kind], count=count, seed=self.seed,
                                     num_workers=self.experiment.sandbox.num_workers,
                                     progress=self.progress, kind=kind,
-                                    categories=self.selfplay.skills, words=words)
+                                    categories=self.selfplay.skills, words=words,
+                                    families=families if kind == "minigames" else None)
       counts[kind] = len(envs)
-    return {"count": counts, "action_words": len(words)}
+    return {"count": counts, "action_words": len(words), "without": list(self.without)}
 
   def _pretrain(self) -> dict[str, Any]:
     tok = self.tokenizer()
