@@ -22,7 +22,7 @@ from proj.starter import minigames
 from proj.starter.variants import minigame_candidates, normalise_source
 from spade_jax.eval import stats
 from spade_jax.eval.suite import ItemRecord
-from spade_jax.eval.suites.seed_games import HeldoutGames, arm_scores
+from spade_jax.eval.suites.seed_games import HeldoutGames, arm_mean, arm_scores
 
 SPLIT_SEEDS = {"minigames_heldout": 2, "minigames_final": 3}
 FAMILIES = tuple(minigames.FAMILIES)
@@ -78,5 +78,19 @@ class MinigamesHeldout(HeldoutGames):
     played = [s for r in records for s in arm_scores(r, "no_hint") if s is not None]
     if played:
       summary.extra["pass_at_1"] = sum(s >= PASS_RETURN for s in played) / len(played)
+    summary.extra.update(self.family_returns(records))
     return summary
+
+  def family_returns(self, records: list[ItemRecord]) -> dict[str, float]:
+    """return_<family> and return_with_hint_<family>: each arm's mean over the family's
+    scored items, so that a run on some families is read on those (issue 49 point 3)."""
+    games, out = self.games(), {}
+    for family in FAMILIES:
+      mine = [r for r in records if r.score is not None
+              and games[r.reference["game"]].family == family]
+      for arm, key in (("no_hint", "return"), ("hint", "return_with_hint")):
+        values = [v for v in (arm_mean(r, arm) for r in mine) if v is not None]
+        if values:
+          out[f"{key}_{family}"] = sum(values) / len(values)
+    return out
 

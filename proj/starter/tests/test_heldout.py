@@ -78,3 +78,6 @@ def test_replayed_oracle_episodes_earn_the_whole_return_in_both_arms():
   assert summary.value == pytest.approx(played)
   assert summary.extra["hint_gap"] == pytest.approx(1.0 - played)
   assert summary.extra["pass_at_1"] == pytest.approx(played)
+  for n, family in enumerate(heldout.FAMILIES):  # one item each: its own arms' returns
+    assert summary.extra[f"return_{family}"] == pytest.approx(n % 2)
+    assert summary.extra[f"return_with_hint_{family}"] == pytest.approx(1.0)
