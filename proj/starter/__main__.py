@@ -5,7 +5,7 @@ build.py, warm.py, check.py, gates.py).
   warm --from BUILD --out DIR [--family peek] [--rehearsal 0.5] [--minutes N] [--quiet]
   check DIR [--passages FILE.jsonl] [--designs 64] [--config starter]
   eval --checkpoint DIR --out FILE.jsonl [--seed S] [...]   # `spade_jax.eval run` on
-                                                           # minigames_heldout
+                                  # minigames_heldout, sampled and sized as configs/starter.py
   gates --warm FILE.jsonl --retest FILE.jsonl --source FILE.jsonl [--family peek]
 
 `build` and `warm` run themselves again once with transparent huge pages asked for
@@ -30,7 +30,7 @@ def main(argv=None) -> int:
   argv = sys.argv[1:] if argv is None else list(argv)
   if argv[:1] == ["eval"]:  # its flags (and --help) are spade_jax.eval run's
     registry.register()
-    eval_main(["run", "--suite", "minigames_heldout", *argv[1:]])
+    eval_main(["run", *eval_defaults(), *argv[1:]])  # a flag given again wins
     return 0
   parser = argparse.ArgumentParser(prog="python -m proj.starter", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -78,6 +78,18 @@ def main(argv=None) -> int:
           warm.ShareError, gates.RecordsError) as err:
     print(f"error: {err}", file=sys.stderr)
     return 2
+
+
+def eval_defaults(config: str = "starter") -> list[str]:
+  """`eval`'s flags unless given: minigames_heldout, played as the config's loop plays and
+  evaluates (its agent's temperature and reply cap, its engine's sizes)."""
+  experiment = build.load_experiment(config)
+  ev, engine = experiment.eval, experiment.engine
+  sampling = [] if ev.temperature is None else ["--temperature", str(ev.temperature)]
+  return ["--suite", "minigames_heldout", *sampling,
+          "--max-new-tokens", str(ev.max_new_tokens), "--num-slots", str(engine.num_slots),
+          "--max-cache-len", str(engine.max_cache_len),
+          "--prefill-buckets", *map(str, engine.prefill_buckets)]
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -5,8 +5,10 @@ import json
 
 import pytest
 
-from proj.starter import gates, heldout, minigames
+from proj.starter import __main__ as starter_cli
+from proj.starter import build, gates, heldout, minigames
 from proj.starter.__main__ import main as starter_main
+from spade_jax.eval.__main__ import build_parser
 from spade_jax.eval.suite import ItemRecord
 from spade_jax.model import get_preset, save_pretrained
 from spade_jax.model.testing import random_model
@@ -85,6 +87,21 @@ def test_the_gates_command_prints_the_result_and_fails_with_a_gate(tmp_path, cap
                          str(files["retest"]), "--source", str(files[source])]) == code
     printed = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert printed["passed"] is (code == 0) and printed["held"]["old_drop"] is (code == 0)
+
+
+def test_eval_plays_as_the_starter_loop_unless_told_otherwise(monkeypatch):
+  """`eval`'s defaults are configs/starter.py's agent sampling and engine sizes; a flag given
+  again wins."""
+  seen = []
+  monkeypatch.setattr(starter_cli, "eval_main", seen.append)
+  assert starter_main(["eval", "--checkpoint", "ckpt", "--temperature", "1.0"]) == 0
+  args = build_parser().parse_args(seen[0])
+  cfg = build.load_experiment("starter")
+  assert (args.suite, args.temperature, args.max_new_tokens) == (
+      "minigames_heldout", 1.0, cfg.eval.max_new_tokens)
+  assert (args.num_slots, args.max_cache_len, tuple(args.prefill_buckets)) == (
+      cfg.engine.num_slots, cfg.engine.max_cache_len, cfg.engine.prefill_buckets)
+  assert (cfg.eval.temperature, cfg.eval.max_new_tokens) == (0.3, 48)
 
 
 @pytest.mark.slow  # an evaluation run; tests/eval/test_eval_run.py runs one in `make test`
