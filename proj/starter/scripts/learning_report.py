@@ -10,13 +10,21 @@ value written last for a step wins. NaN values (e.g. the designer reward of a st
 designer sample) count as not written, and a variant that never wrote a tag (Fixed-env GRPO has
 no designer) is left out of that panel and shows "n/a" in the table.
 
-Figure (default ROOT/learning.png): one panel per entry of PANELS, each variant a line, the
-mean over its seeds, with the seeds' range shaded. Table (default ROOT/learning.md), one row a
-variant, each cell the mean over seeds with the seeds' range in brackets:
+Figure (default ROOT/learning.png): one panel per entry of PANELS (issue 49 point 6: the
+agent's training return, its hint arm dashed; the held-out return; valid rate; regret of valid
+designs; designer reward; the share of designs whose hint matters; memory size; Vendi / n; wall
+time per step), each variant a line, the mean over its seeds, with the seeds' range shaded. The
+share is derived here (SHARE_TAG) from each run's curriculum.jsonl with matrix_criteria.py's
+definition (a design counted once, in the refresh it first appeared, its hint matters iff its
+regret over that refresh is at least matrix_criteria.MATTERS), one point a refresh at its first
+step. The held-out return is that of the first of HELDOUT_SUITES a variant's runs wrote.
+Table (default ROOT/learning.md), one row a variant, each cell the mean over seeds with the
+seeds' range in brackets:
 * valid rate: of the last generation / mean over the generations;
 * regret of valid designs: mean over steps of designer/regret_valid_mean;
 * learnable share: mean of the 16-step window values (curriculum/learnable_share);
-* held-out return: eval/seed_games_heldout/return (and with the hint) at the last evaluation;
+* held-out return: eval/<suite>/return (and with the hint) at the last evaluation, the suite
+  the first of HELDOUT_SUITES the variant's runs wrote (`heldout_suite` in the JSON line);
 * wall time per step with its generate / sandbox / train split: mean of time/* over the steps
   that were not the first of a launch (those compile), all steps when none is left;
 * run wall time: all launches of the run, from learning_runs.py's learning_run.json.
@@ -29,65 +37,58 @@ import glob
 import json
 import math
 import os
+import pathlib
 import sys
 from collections.abc import Sequence
 
 import numpy as np
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from tensorboard.backend.event_processing import event_file_loader
-from tensorboard.util import tensor_util
 
-Series = dict[int, float]  # step -> value
-Run = dict[str, Series]  # tag -> series
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import matrix_criteria  # noqa: E402
+from tb_runs import LAUNCH_TAG, Run, Series, read_run  # noqa: E402
 
-# (panel title, tags: the first one a run wrote is used)
-PANELS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("valid rate", ("curriculum/valid_rate",)),
-    ("learnable share (16 steps)", ("curriculum/learnable_share",)),
-    ("mean regret", ("curriculum/regret_mean",)),
-    ("designer reward", ("designer/reward_mean",)),
-    ("Vendi / n", ("curriculum/diversity_vendi_per_n", "curriculum/diversity_vendi")),
-    ("memory size", ("curriculum/memory_size",)),
-    ("held-out seed-game return", ("eval/seed_games_heldout/return",)),
-    ("wall time per step (s)", ("time/step_s",)),
+HELDOUT_SUITES = ("minigames_heldout", "seed_games_heldout")  # the first one written is shown
+SHARE_TAG = "derived/hint_matters_share"  # derived here from curriculum.jsonl, not written
+# (panel title, tags: the first one a run wrote is used, a tag drawn dashed beside it)
+PANELS: tuple[tuple[str, tuple[str, ...], str | None], ...] = (
+    ("training return (dashed: hint)", ("agent/return_no_hint",), "agent/return_hint"),
+    ("held-out return", tuple(f"eval/{s}/return" for s in HELDOUT_SUITES), None),
+    ("valid rate", ("curriculum/valid_rate",), None),
+    ("regret of valid designs", ("designer/regret_valid_mean",), None),
+    ("designer reward", ("designer/reward_mean",), None),
+    ("share of designs whose hint matters", (SHARE_TAG,), None),
+    ("memory size", ("curriculum/memory_size",), None),
+    ("Vendi / n", ("curriculum/diversity_vendi_per_n", "curriculum/diversity_vendi"), None),
+    ("wall time per step (s)", ("time/step_s",), None),
 )
-HELDOUT = "eval/seed_games_heldout/return"
-HELDOUT_HINT = "eval/seed_games_heldout/return_with_hint"
 TIMES = ("step_s", "generate_s", "sandbox_s", "train_s")
-LAUNCH_TAG = "launch/first_step"  # derived here, not written by the run
-RUN_RECORD = "learning_run.json"  # learning_runs.py's record of a run's launches
+RUN_RECORD = matrix_criteria.RUN_RECORD  # learning_runs.py's record of a run's launches
 
 
-def read_run(tb_dir: str) -> Run:
-  """Every scalar tag of one run's event files: tag -> {step: value}, NaNs left out, files in
-  name (= launch) order, the value written last for a step winning. LAUNCH_TAG holds the
-  first step of each launch (each event file), which includes the launch's compilation."""
-  run: Run = {}
-  for path in sorted(glob.glob(os.path.join(tb_dir, "*tfevents*"))):
-    first = None
-    for event in event_file_loader.EventFileLoader(path).Load():
-      for value in event.summary.value:
-        array = tensor_util.make_ndarray(value.tensor) if value.HasField("tensor") else None
-        if array is None or array.ndim != 0 or array.dtype.kind != "f":
-          continue  # text summaries
-        first = event.step if first is None else first
-        series = run.setdefault(value.tag, {})
-        series.pop(int(event.step), None)
-        if math.isfinite(float(array)):
-          series[int(event.step)] = float(array)
-    if first is not None:
-      run.setdefault(LAUNCH_TAG, {})[int(first)] = 1.0
-  return {tag: series for tag, series in run.items() if series}
+def hint_matters_share(workdir: str) -> Series:
+  """The share of each refresh's designs whose hint matters (matrix_criteria's definition),
+  at the refresh's first step; empty without a curriculum log."""
+  try:
+    designs, _ = matrix_criteria.run_designs(workdir)
+  except matrix_criteria.Missing:
+    return {}
+  k = matrix_criteria.refresh_k(workdir)
+  return {r * k + 1: s for r, s in matrix_criteria.shares_by_refresh(designs.values()).items()}
 
 
 def collect(root: str) -> dict[str, dict[int, Run]]:
-  """variant -> seed -> run, from ROOT/<variant>/seed<N>/tb (variants in name order)."""
+  """variant -> seed -> run, from ROOT/<variant>/seed<N>/tb (variants in name order), with
+  SHARE_TAG from the run's curriculum log where it has designs."""
   out: dict[str, dict[int, Run]] = {}
   for tb in sorted(glob.glob(os.path.join(root, "*", "seed*", "tb"))):
     seed_dir = os.path.dirname(tb)
     variant, seed = os.path.basename(os.path.dirname(seed_dir)), os.path.basename(seed_dir)[4:]
     if seed.isdigit():
-      out.setdefault(variant, {})[int(seed)] = read_run(tb)
+      run = read_run(tb)
+      share = hint_matters_share(seed_dir)
+      out.setdefault(variant, {})[int(seed)] = {**run, SHARE_TAG: share} if share else run
   return out
 
 
@@ -104,14 +105,22 @@ def band(runs: dict[int, Run], tag: str) -> tuple[np.ndarray, ...]:
           np.array([min(v) for v in values]), np.array([max(v) for v in values]))
 
 
+def plot_band(ax: Axes, runs: dict[int, Run], tag: str, color: str, label: str,
+              style: str = "-") -> None:
+  """One variant's line (mean over seeds) with the seeds' range shaded."""
+  steps, mean, low, high = band(runs, tag)
+  ax.plot(steps, mean, style, marker="o" if len(steps) < 12 else None, color=color, label=label)
+  ax.fill_between(steps, low, high, color=color, alpha=0.2, linewidth=0)
+
+
 def draw(data: dict[str, dict[int, Run]], png: str | None = None) -> Figure:
   """The report figure (saved to `png` when given); one axes per PANELS entry, in order."""
-  cols = 4
+  cols = 3
   rows = math.ceil(len(PANELS) / cols)
-  fig = Figure(figsize=(4.2 * cols, 3.2 * rows), layout="constrained")
+  fig = Figure(figsize=(4.6 * cols, 3.2 * rows), layout="constrained")
   axes = fig.subplots(rows, cols, squeeze=False).ravel()
   colors = {v: f"C{i}" for i, v in enumerate(data)}
-  for ax, (title, tags) in zip(axes, PANELS, strict=False):
+  for ax, (title, tags, dashed) in zip(axes, PANELS, strict=False):
     ax.set_title(title)
     ax.set_xlabel("step")
     plotted = False
@@ -119,10 +128,9 @@ def draw(data: dict[str, dict[int, Run]], png: str | None = None) -> Figure:
       tag = pick_tag(runs, tags)
       if tag is None:
         continue
-      steps, mean, low, high = band(runs, tag)
-      ax.plot(steps, mean, marker="o" if len(steps) < 12 else None, color=colors[variant],
-              label=f"{variant} ({len(runs)} seeds)")
-      ax.fill_between(steps, low, high, color=colors[variant], alpha=0.2, linewidth=0)
+      plot_band(ax, runs, tag, colors[variant], f"{variant} ({len(runs)} seeds)")
+      if dashed and pick_tag(runs, (dashed,)):
+        plot_band(ax, runs, dashed, colors[variant], f"{variant}, hint", "--")
       plotted = True
     if plotted:
       ax.legend(fontsize="small")
@@ -164,11 +172,18 @@ def _time_per_step(run: Run, tag: str) -> float | None:
   return float(np.mean(later or list(series.values())))
 
 
+def heldout_suite(runs: dict[int, Run]) -> str:
+  """The first of HELDOUT_SUITES whose return the runs wrote (the first when none did)."""
+  return next((s for s in HELDOUT_SUITES if pick_tag(runs, (f"eval/{s}/return",))),
+              HELDOUT_SUITES[0])
+
+
 def summarize(data: dict[str, dict[int, Run]]) -> dict[str, dict]:
   """variant -> {field: {mean, min, max} over seeds, or None where no seed wrote it}."""
   out = {}
   for variant, runs in data.items():
-    row = {"seeds": sorted(runs),
+    suite = heldout_suite(runs)
+    row = {"seeds": sorted(runs), "heldout_suite": suite,
            "steps": max((max(r["time/step_s"]) for r in runs.values() if r.get("time/step_s")),
                         default=0),
            "valid_rate_final": _per_seed(runs, "curriculum/valid_rate", _last),
@@ -176,8 +191,8 @@ def summarize(data: dict[str, dict[int, Run]]) -> dict[str, dict]:
            "regret_valid_designs": _per_seed(runs, "designer/regret_valid_mean", _mean),
            "regret_mean": _per_seed(runs, "curriculum/regret_mean", _mean),
            "learnable_share": _per_seed(runs, "curriculum/learnable_share", _mean),
-           "heldout_return": _per_seed(runs, HELDOUT, _last),
-           "heldout_return_hint": _per_seed(runs, HELDOUT_HINT, _last)}
+           "heldout_return": _per_seed(runs, f"eval/{suite}/return", _last),
+           "heldout_return_hint": _per_seed(runs, f"eval/{suite}/return_with_hint", _last)}
     for t in TIMES:
       row[t] = _over_seeds([v for v in (_time_per_step(run, f"time/{t}") for run in runs.values())
                             if v is not None])
@@ -241,7 +256,11 @@ def main(argv: Sequence[str] | None = None) -> int:
   p.add_argument("--png", help="figure path (default ROOT/learning.png)")
   p.add_argument("--md", help="markdown table path (default ROOT/learning.md)")
   args = p.parse_args(argv)
-  data = collect(args.root)
+  try:
+    data = collect(args.root)
+  except matrix_criteria.CriteriaError as err:
+    print(f"error: {err}", file=sys.stderr)
+    return 2
   if not data:
     print(f"error: no event files under {args.root}/<variant>/seed<N>/tb", file=sys.stderr)
     return 2

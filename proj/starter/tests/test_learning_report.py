@@ -72,12 +72,12 @@ def test_figure_has_every_panel_and_leaves_missing_tags_out(tmp_path):
   fig = report.draw(data, str(png))
   assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
   axes = {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
-  assert list(axes) == [title for title, _ in report.PANELS]
-  assert "held-out seed-game return" in axes and "Vendi / n" in axes
+  assert list(axes) == [title for title, _, _ in report.PANELS]
+  assert "held-out return" in axes and "Vendi / n" in axes
   labels = {title: [line.get_label() for line in ax.get_lines()] for title, ax in axes.items()}
   assert labels["valid rate"] == ["discard (2 seeds)"]  # grpo has no designer
   assert labels["designer reward"] == ["discard (2 seeds)"]  # its NaNs are not a line at 0
-  assert labels["mean regret"] == ["discard (2 seeds)", "grpo (1 seeds)"]
+  assert labels["Vendi / n"] == ["discard (2 seeds)", "grpo (1 seeds)"]
   line = axes["memory size"].get_lines()[0]
   np.testing.assert_allclose(line.get_xdata(), [1, 2, 3])
   np.testing.assert_allclose(line.get_ydata(), [7.0, 99.0, 9.0])  # seeds 7/7, 99/99, 9/9
@@ -115,3 +115,62 @@ def test_table_and_summary_equal_the_written_scalars(tmp_path, capsys):
 def test_empty_root_is_one_line(tmp_path, capsys):
   assert report.main(["--root", str(tmp_path)]) == 2
   assert capsys.readouterr().err.startswith("error: no event files under")
+
+
+def _matrix_root(tmp_path):
+  """A spade run of the matrix (training returns, minigames_heldout, a curriculum log with
+  k = 3) and a grpo run evaluated on seed_games_heldout."""
+  root = tmp_path / "matrix"
+  spade = root / "spade" / "seed0"
+  _write(spade / "tb", {s: {"agent/return_no_hint": 0.1 * s, "agent/return_hint": 0.2 * s,
+                            "designer/regret_valid_mean": 0.05 * s,
+                            **({"eval/minigames_heldout/return": 0.3,
+                                "eval/minigames_heldout/return_with_hint": 0.5} if s == 4
+                               else {})} for s in (1, 2, 3, 4)})
+  (spade / "config.json").write_text(json.dumps({"selfplay": {"k": 3}}))
+  regrets = {1: [0.5, 0.0], 4: [0.3, 0.1, 0.2, 0.25]}  # refresh 0: half matter, 1: half
+  lines = [{"step": step, "memory": [], "envs": [
+      {"uid": f"d{step}_{i}", "origin": "designed",
+       "returns": {"no_hint": [0.0], "hint": [r]}} for i, r in enumerate(regrets.get(step, []))]}
+           for step in range(1, 7)]
+  lines[4]["envs"].append({"uid": "d4_0", "origin": "designed",  # its refresh: counted
+                           "returns": {"no_hint": [0.0], "hint": [0.0]}})
+  (spade / "curriculum.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+  _write(root / "grpo" / "seed0" / "tb",
+         {s: {"agent/return_no_hint": 0.05 * s, "eval/seed_games_heldout/return": 0.7}
+          for s in (1, 2)})
+  return root
+
+
+def test_panels_of_the_matrix(tmp_path, capsys):
+  root = _matrix_root(tmp_path)
+  data = report.collect(str(root))
+  assert data["spade"][0][report.SHARE_TAG] == {1: 0.5, 4: 0.25}  # each refresh's first step
+  assert report.SHARE_TAG not in data["grpo"][0]
+  axes = {ax.get_title(): ax for ax in report.draw(data).axes if ax.get_title()}
+  assert list(axes) == ["training return (dashed: hint)", "held-out return", "valid rate",
+                        "regret of valid designs", "designer reward",
+                        "share of designs whose hint matters", "memory size", "Vendi / n",
+                        "wall time per step (s)"]
+  train = {line.get_label(): line for line in axes["training return (dashed: hint)"].get_lines()}
+  assert list(train) == ["grpo (1 seeds)", "spade (1 seeds)", "spade, hint"]
+  assert train["spade, hint"].get_linestyle() == "--"
+  assert train["spade (1 seeds)"].get_linestyle() == "-"
+  np.testing.assert_allclose(train["spade, hint"].get_ydata(), [0.2, 0.4, 0.6, 0.8], rtol=1e-6)
+  heldout = {line.get_label(): line for line in axes["held-out return"].get_lines()}
+  np.testing.assert_allclose(heldout["grpo (1 seeds)"].get_ydata(), [0.7, 0.7], rtol=1e-6)
+  np.testing.assert_allclose(heldout["spade (1 seeds)"].get_ydata(), [0.3], rtol=1e-6)
+  share = axes["share of designs whose hint matters"].get_lines()
+  assert [line.get_label() for line in share] == ["spade (1 seeds)"]
+  np.testing.assert_allclose(share[0].get_xdata(), [1, 4])
+  np.testing.assert_allclose(share[0].get_ydata(), [0.5, 0.25])
+  regret = axes["regret of valid designs"].get_lines()[0]
+  np.testing.assert_allclose(regret.get_ydata(), [0.05, 0.1, 0.15, 0.2], rtol=1e-6)
+  assert report.main(["--root", str(root)]) == 0
+  summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["variants"]
+  assert summary["spade"]["heldout_suite"] == "minigames_heldout"
+  assert summary["grpo"]["heldout_suite"] == "seed_games_heldout"
+  np.testing.assert_allclose([summary["spade"]["heldout_return"]["mean"],
+                              summary["spade"]["heldout_return_hint"]["mean"],
+                              summary["grpo"]["heldout_return"]["mean"]], [0.3, 0.5, 0.7],
+                             rtol=1e-6)

@@ -5,6 +5,7 @@ import importlib.util
 import json
 import pathlib
 
+import numpy as np
 import pytest
 
 from spade_jax.metrics.tensorboard import SummaryWriter
@@ -112,3 +113,130 @@ def test_missing_config_is_one_line(tmp_path, capsys):
   assert runs.main(["--root", str(tmp_path), "--config", "nope.py"], FakeLauncher()) == 2
   err = capsys.readouterr().err
   assert err.startswith("error: --config='nope.py': no such file") and err.count("\n") == 1
+
+
+class MatrixLauncher(FakeLauncher):
+  """FakeLauncher that also writes what the matrix reads: each sweep run's training return
+  (`sweep_returns[lr label]` over 12 steps) and the baseline's 280 records."""
+
+  SWEEP = {"lr3e-05": [0.9] * 2 + [0.2] * 10,  # the best start, but the last 10 steps count
+           "lr0.0001": [0.0] * 2 + [0.5] * 10,
+           "lr0.0003": [0.5] * 12}  # a tie with lr0.0001: the smaller lr wins
+
+  def __call__(self, argv, workdir, label):
+    if label == "baseline":
+      assert (pathlib.Path(workdir).parent / "sweep" / runs.CHOICE).exists()
+      out = pathlib.Path(argv[argv.index("--out") + 1])
+      record = {"id": "mg2/peek/0/2000", "prompt": "", "responses": [], "answers": [],
+                "scores": [], "score": None}
+      out.write_text((json.dumps(record) + "\n") * runs.matrix_criteria.HELDOUT_ITEMS)
+    rc = super().__call__(argv, workdir, label)
+    if label.startswith("sweep/"):
+      writer = SummaryWriter(pathlib.Path(workdir) / "tb")
+      for step, value in enumerate(self.SWEEP[label.split("/")[1]], 1):
+        writer.scalars({runs.SWEEP_METRIC: value}, step)
+      writer.close()
+    return rc
+
+
+def _matrix_args(root, *more, report=False):
+  return ["--matrix", "--config", SMOKE, "--root", str(root), "--steps", "2", "--seeds", "0",
+          "--sweep-steps", "3", "--eval-max-new-tokens", "16", *([] if report else ["--no-report"]),
+          "--config.eval.temperature=0.5", *more]
+
+
+def test_matrix_runs_sweep_choice_baseline_then_runs(tmp_path, capsys):
+  root = tmp_path / "m"
+  launcher = MatrixLauncher()
+  assert runs.main(_matrix_args(root), launcher) == 0
+  labels = [label for label, _ in launcher.calls]
+  assert labels == ["sweep/lr3e-05", "sweep/lr0.0001", "sweep/lr0.0003", "baseline",
+                    "spade/seed0", "spade_frozen/seed0", "grpo/seed0"]
+  argv = dict(launcher.calls)
+  sweep = argv["sweep/lr0.0001"]
+  assert sweep[sweep.index("--workdir") + 1] == f"{root}/sweep/lr0.0001/seed0"
+  for arg in ("--config.seed=0", "--config.train.num_steps=3", "--config.selfplay.fixed_envs=grpo",
+              "--config.eval.every=0", "--config.rl.learning_rate=0.0001"):
+    assert arg in sweep
+  choice = json.loads((root / "sweep" / runs.CHOICE).read_text())
+  assert choice["lrs"] == [3e-5, 1e-4, 3e-4] and choice["chosen"] == 1e-4
+  np.testing.assert_allclose(choice["scores"], [0.2, 0.5, 0.5])
+  assert choice["metric"] == "mean agent/return_no_hint over the last 10 logged steps"
+  assert argv["baseline"] == [  # the runs' checkpoint, tokenizer and evaluation sampling
+      "-m", "proj.starter", "eval", "--checkpoint", "", "--tokenizer", "tiny", "--suite",
+      "minigames_heldout", "--temperature", "0.5", "--max-new-tokens", "16", "--samples", "1",
+      "--seed", "0", "--quiet", "--out", f"{root}/baseline.jsonl"]
+  for label in ("spade/seed0", "spade_frozen/seed0", "grpo/seed0"):
+    assert argv[label][-3:] == ["--config.eval.max_new_tokens=16",
+                                "--config.rl.learning_rate=0.0001", "--config.eval.temperature=0.5"]
+    assert "--config.eval.suites=('minigames_heldout',)" in argv[label]
+    assert "--config.train.num_steps=2" in argv[label]
+  assert "--config.selfplay.train_designer=False" in argv["spade_frozen/seed0"]
+  assert "--config.selfplay.fixed_envs=grpo" in argv["grpo/seed0"]
+  summary = json.loads(capsys.readouterr().out.splitlines()[-1])
+  assert summary["lr"] == 1e-4 and summary["runs"]["baseline"] == "done"
+
+
+def test_matrix_resumes(tmp_path, capsys, monkeypatch):
+  monkeypatch.setattr(runs.matrix_criteria, "game_families", lambda: {})
+  root = tmp_path / "m"
+  assert runs.main(_matrix_args(root), MatrixLauncher(codes={"sweep/lr0.0003": 1})) == 1
+  assert not (root / "sweep" / runs.CHOICE).exists() and not (root / "baseline.jsonl").exists()
+  again = MatrixLauncher()
+  assert runs.main(_matrix_args(root), again) == 0
+  assert [label for label, _ in again.calls][:2] == ["sweep/lr0.0003", "baseline"]
+  (root / "sweep" / "lr0.0003" / "seed0" / runs.RECORD).unlink()  # the choice stands
+  lines = (root / "baseline.jsonl").read_text().splitlines()
+  (root / "baseline.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # 279 records: again
+  third = MatrixLauncher()
+  assert runs.main(_matrix_args(root), third) == 0
+  assert [label for label, _ in third.calls] == ["baseline"]
+  fourth = MatrixLauncher()  # nothing left to run: the report and the criteria
+  assert runs.main(_matrix_args(root, report=True), fourth) == 0 and fourth.calls == []
+  out = capsys.readouterr().out.splitlines()
+  assert f"baseline: {root}/baseline.jsonl holds 280 records, skipped" in out
+  assert "grpo/seed0: finished before, skipped" in out
+  assert json.loads(out[-2])["report"] == "learning" and (root / "learning.png").exists()
+  criteria = json.loads(out[-1])  # the runs wrote no evaluations: n/a, no crash
+  assert criteria["criteria"] == "matrix" and criteria["P1"]["verdict"] == "n/a"
+  assert (root / "criteria.md").exists()
+  fewer = MatrixLauncher()  # other lrs: the choice is made again (the same lr: runs skipped)
+  assert runs.main(_matrix_args(root, "--sweep-lrs", "1e-4,3e-4"), fewer) == 0
+  assert [label for label, _ in fewer.calls] == ["sweep/lr0.0003"]
+  assert json.loads((root / "sweep" / runs.CHOICE).read_text())["lrs"] == [1e-4, 3e-4]
+  (root / "sweep" / "lr0.0003" / "seed0" / runs.RECORD).unlink()
+  other = MatrixLauncher()  # the choice is made again, and differs from the runs'
+  assert runs.main(_matrix_args(root, "--sweep-lrs", "3e-4"), other) == 2
+  assert [label for label, _ in other.calls] == ["sweep/lr0.0003"]
+  assert json.loads((root / "sweep" / runs.CHOICE).read_text())["lrs"] == [3e-4]
+  assert "spade/seed0: " in capsys.readouterr().err  # its workdir holds another command
+
+
+def test_lr_choice_on_training_return():
+  series = {s: 1.0 for s in range(1, 6)} | {s: 0.1 * (s - 5) for s in range(6, 16)}
+  assert runs.sweep_score({runs.SWEEP_METRIC: series}) == pytest.approx(0.55)
+  assert runs.sweep_score({"eval/minigames_heldout/return": series}) is None
+  assert runs.choose_lr({3e-4: 0.5, 1e-4: 0.5, 3e-5: 0.4}) == 1e-4
+  assert runs.choose_lr({3e-4: 0.6, 1e-4: 0.5}) == 3e-4
+
+
+def test_matrix_dry_run(tmp_path, capsys):
+  root = tmp_path / "m"
+  assert runs.main(["--matrix", "--root", str(root), "--dry-run", "--config", SMOKE]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert len(lines) == 3 + 1 + 1 + 9 + 2 and not root.exists()
+  assert all("--config.train.num_steps=30 " in line for line in lines[:3])
+  assert lines[3].startswith("# choose the lr")
+  assert lines[4].startswith("python -m proj.starter eval")
+  assert all(line.endswith("'--config.rl.learning_rate=<chosen>'") for line in lines[5:14])
+  assert f"--workdir {root}/spade_frozen/seed2 " in lines[10]
+  scripts = "python proj/starter/scripts"
+  assert lines[14:] == [f"{scripts}/learning_report.py --root {root}",
+                        f"{scripts}/matrix_criteria.py --root {root} --seeds 0,1,2"]
+  (root / "sweep").mkdir(parents=True)
+  (root / "sweep" / runs.CHOICE).write_text(json.dumps({"lrs": [3e-5, 1e-4, 3e-4], "chosen": 3e-4}))
+  assert runs.main(["--matrix", "--root", str(root), "--dry-run", "--config", SMOKE]) == 0
+  lines = capsys.readouterr().out.splitlines()
+  assert lines[0] == f"# {root}/sweep/{runs.CHOICE}: lr 0.0003 (reused, no sweep)"
+  assert lines[2].endswith("--config.train.num_steps=120 '--config.eval.suites=('\"'\"'minigames_"
+                           "heldout'\"'\"',)' --config.rl.learning_rate=0.0003")
