@@ -14,7 +14,7 @@ from spade_jax import config_schema
 from spade_jax.rl.config import RLConfig
 
 
-@pytest.mark.parametrize("name", ["starter", "starter_ci"])
+@pytest.mark.parametrize("name", ["starter", "starter_ci", "matrix"])
 def test_the_configs_validate(name, tmp_path):
   config, workdir, _ = tpu_run.parse_args(["tpu_run.py", f"--config={build.config_path(name)}"])
   assert workdir.endswith(os.path.join("runs", name))
