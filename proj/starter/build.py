@@ -74,6 +74,7 @@ class BuildSize:
   compute_dtype: str = "auto"
   designer_per_env: int = 1  # designer examples an environment (passages and memory differ)
   variant_resets: int = 1  # reset seeds a seed-game variant's oracle episodes are played at
+  minigame_resets: int = 1  # reset seeds a minigame's agent episodes are played at
   sft_copy_rows: int = 0  # copy rows among the fine-tuning examples (sft_data.copy_examples)
   # Write a previous-token and an induction head into the random model before pretraining
   # (starter.copy_circuit): copying does not form on its own in a CPU build's tokens.
@@ -315,7 +316,8 @@ class Build:
                                          max_chars=self.experiment.corpus.max_chars)
               + sft_data.agent_examples(seed_variants, tok, self.selfplay, pool,
                                         seed=self.seed, resets=self.size.variant_resets)
-              + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed)
+              + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed,
+                                        resets=self.size.minigame_resets)
               + sft_data.copy_examples(self.cfg.vocab_size, self.size.sft_copy_rows,
                                        seed=self.seed))
     finally:

@@ -23,10 +23,12 @@ from proj.starter import build, sft_data, variants
 from spade_jax import run
 from spade_jax.selfplay.seeding import derive_rng
 
-# What a warm start changes in the source build's size: the family's games, and a shorter,
+# What a warm start changes in the source build's size: the family's games, each played at
+# several reset seeds (its arm-dependent agent rows are the one signal the hinted arm learns
+# from: at one reset the starter underfit them, bench/RESULTS_LOG.md), and a shorter,
 # gentler fine-tuning than the build's.
 WARM_SIZES: dict[str, dict[str, Any]] = {
-    "starter": dict(minigame_count=96, sft_epochs=2, sft_learning_rate=5e-4),
+    "starter": dict(minigame_count=96, minigame_resets=4, sft_epochs=2, sft_learning_rate=5e-4),
     "ci": dict(minigame_count=8, sft_epochs=2, sft_learning_rate=1e-3),
 }
 
@@ -97,7 +99,8 @@ class WarmStart(build.Build):
       rows = (sft_data.designer_examples(games, tok, self.selfplay, seed=self.seed,
                                          per_env=self.size.designer_per_env,
                                          max_chars=self.experiment.corpus.max_chars)
-              + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed))
+              + sft_data.agent_examples(games, tok, self.selfplay, pool, seed=self.seed,
+                                        resets=self.size.minigame_resets))
     finally:
       pool.close()
     new = [build.cache_row(ex) for ex in rows]
