@@ -29,7 +29,7 @@ from spade_jax.selfplay.seeding import derive_rng
 # gentler fine-tuning than the build's.
 WARM_SIZES: dict[str, dict[str, Any]] = {
     "starter": dict(minigame_count=96, minigame_resets=4, sft_epochs=2, sft_learning_rate=5e-4),
-    "ci": dict(minigame_count=8, sft_epochs=2, sft_learning_rate=1e-3),
+    "ci": dict(minigame_count=8, minigame_resets=2, sft_epochs=2, sft_learning_rate=1e-3),
 }
 
 

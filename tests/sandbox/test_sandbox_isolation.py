@@ -194,7 +194,8 @@ def test_same_uid_episodes_cannot_reach_each_other(userns_pool):
   assert found == {**{name: ["EPERM"] for name in found}, **hidden}, found
   twin = userns_pool.step([("twin", oracle_answer(userns_pool, "twin"))])[0]
   assert (twin.reward, twin.error_kind) == (1.0, None), twin
-  assert userns_pool.validate([contract.EXAMPLE_ENV])[0].valid
+  verdict = userns_pool.validate([contract.EXAMPLE_ENV])[0]
+  assert verdict.valid, verdict
 
 
 def test_worker_uid_ranges_do_not_collide():

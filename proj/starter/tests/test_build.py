@@ -19,6 +19,7 @@ import torch
 import transformers
 
 from proj.starter.build import config_path
+from proj.starter.warm import WARM_SIZES
 from spade_jax.model import from_pretrained
 from spade_jax.tokenizer import load_tokenizer
 
@@ -151,9 +152,10 @@ def test_a_finished_stage_whose_files_changed_stops_the_build_with_one_line(ci_b
 
 def test_a_warm_start_learns_the_peek_family_and_rehearses_the_build(ci_build, tmp_path):
   """`warm --from` the ci build: eight peek games, their designer and arm-dependent agent
-  rows plus as many rows drawn from the build's own set. The exported model's loss on the
-  new rows fell from the build's; on the rehearsed rows it stays under half of what a warm
-  start without rehearsal (`--rehearsal 0`) leaves. A second run skips every stage."""
+  rows (both arms of each game at each of the warm size's reset seeds) plus as many rows
+  drawn from the build's own set. The exported model's loss on the new rows fell from the
+  build's; on the rehearsed rows it stays under half of what a warm start without rehearsal
+  (`--rehearsal 0`) leaves. A second run skips every stage."""
   out, env, _, _ = ci_build
 
   def warm(name, *extra):
@@ -170,6 +172,9 @@ def test_a_warm_start_learns_the_peek_family_and_rehearses_the_build(ci_build, t
   new = [r for r in rows if not r.get("rehearsal")]
   old = [r for r in rows if r.get("rehearsal")]
   assert {r["role"] for r in new} == {"designer", "agent"} and len(old) == len(new)
+  # both arms of each game at each of the warm size's reset seeds, besides imperfect rows
+  resets = WARM_SIZES["ci"]["minigame_resets"]
+  assert resets > 1 and sum(r["role"] == "agent" for r in new) >= 8 * 2 * resets
   assert summary["sft"]["examples"]["rehearsal"] == len(old)
   _, alone = warm("alone", "--rehearsal", "0")
   assert alone["sft"]["examples"].get("rehearsal", 0) == 0  # no rehearsal rows, no count
